@@ -1,0 +1,60 @@
+"""Delta-Lake-compatible transactional tables with an event-sourced commit log.
+
+    from eventlog import Table, IsolationLevel
+    t = Table.create("/data/events", schema, partition_by=["date"])
+    t.append(batch)
+    t.delete("date < '2010-01-01'")
+"""
+
+from eventlog.errors import (
+    CommitFailedError,
+    CommitStateUnknownError,
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    CorruptLogError,
+    DeltaConcurrentModificationException,
+    EventlogError,
+    InvalidInputError,
+    MetadataChangedException,
+    PredicateError,
+    ProtocolChangedException,
+    SchemaMismatchError,
+    TableAlreadyExistsError,
+    TableNotFoundError,
+    UnknownColumnError,
+)
+from eventlog.isolation import IsolationLevel
+from eventlog.retry import RetryPolicy
+from eventlog.snapshot import Snapshot
+from eventlog.table import Table
+from eventlog.transaction import CommitResult, Transaction
+
+__all__ = [
+    "CommitFailedError",
+    "CommitResult",
+    "CommitStateUnknownError",
+    "ConcurrentAppendException",
+    "ConcurrentDeleteDeleteException",
+    "ConcurrentDeleteReadException",
+    "ConcurrentTransactionException",
+    "ConcurrentWriteException",
+    "CorruptLogError",
+    "DeltaConcurrentModificationException",
+    "EventlogError",
+    "InvalidInputError",
+    "IsolationLevel",
+    "MetadataChangedException",
+    "PredicateError",
+    "ProtocolChangedException",
+    "RetryPolicy",
+    "SchemaMismatchError",
+    "Snapshot",
+    "Table",
+    "TableAlreadyExistsError",
+    "TableNotFoundError",
+    "Transaction",
+    "UnknownColumnError",
+]

@@ -1,0 +1,362 @@
+"""The conflict checker: a pure function of (this transaction, one winning commit).
+
+``check_conflicts(txn, winner)`` runs once per commit that won since ``txn``'s read
+version, in ascending version order, and either returns the transaction *rebased* on the
+winner (adopted protocol and metadata) or raises one of Delta's conflict exceptions. No
+I/O happens here: the caller reads the winning commit and passes its actions in.
+
+The checks run in Delta Spark's order (``ConflictChecker.checkConflicts``). The order
+decides which exception a user sees, so it is part of the contract:
+
+0. RESTORE only   -> ConcurrentWriteException   (any winner at all)
+1. protocol        -> ProtocolChangedException   (two creators of one table land here)
+2. metadata        -> MetadataChangedException   (schema, properties, partitioning)
+3. domain metadata -> ConcurrentTransactionException ("A conflicting metadata domain ...")
+4. app txn ids     -> ConcurrentTransactionException (a txn appId this transaction read)
+5. added files that should have been read  -> ConcurrentAppendException
+6. removed files that this transaction read -> ConcurrentDeleteReadException
+7. removed files this transaction also removes -> ConcurrentDeleteDeleteException
+
+Among the file checks, append beats delete-read, which beats delete-delete: two
+``replaceWhere`` writes on one partition fail the second with ConcurrentAppend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from eventlog.actions import AddFile, CommitInfo, DomainMetadata, Metadata, Protocol, RemoveFile
+from eventlog.errors import (
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
+    MetadataChangedException,
+    ProtocolChangedException,
+)
+from eventlog.expressions import Expr, Literal, evaluate_mask
+from eventlog.isolation import IsolationLevel
+from eventlog.protocol import check_supported, removed_features
+from eventlog.schema import partition_values_table
+from eventlog.snapshot import Commit
+
+# Configuration changes a concurrent commit may make without failing writers in flight:
+# enabling features whose writers stay compatible (Delta's allow-list, reduced to the
+# features this library implements). Every other property change is a metadata conflict.
+_ALLOWED_CONCURRENT_PROPERTY_CHANGES: Mapping[str, str] = {"delta.enableDeletionVectors": "true"}
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSet:
+    """What a transaction read, recorded as it ran.
+
+    ``partition_predicates`` holds one entry per scan: the partition-only part of its
+    filter, or TRUE when it had none (a data-only filter reads every partition).
+    ``files`` maps each file path the scans returned to its partition values.
+    """
+
+    partition_predicates: tuple[Expr, ...] = ()
+    files: Mapping[str, Mapping[str, str | None]] = field(default_factory=dict)
+    whole_table: bool = False
+    app_ids: frozenset[str] = frozenset()
+
+    @property
+    def depends_on_files(self) -> bool:
+        return bool(self.partition_predicates) or bool(self.files) or self.whole_table
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionSummary:
+    """The current transaction as the checker sees it."""
+
+    table: str
+    read_version: int
+    read_protocol: Protocol | None
+    read_metadata: Metadata | None
+    partition_schema: pa.Schema
+    read_set: ReadSet
+    isolation_level: IsolationLevel  # effective level (after the snapshot downgrade)
+    is_blind_append: bool
+    metadata: Metadata | None = None  # metadata this transaction writes, if any
+    protocol: Protocol | None = None
+    removes: tuple[RemoveFile, ...] = ()
+    domains: tuple[DomainMetadata, ...] = ()
+    # RESTORE-like commits that rewrite the table from a version ("commitLarge" in
+    # Delta Spark) tolerate no concurrent commit at all.
+    fail_on_any_winner: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class WinningCommit:
+    """What the checker needs of a commit that won."""
+
+    version: int
+    commit_info: CommitInfo | None
+    metadata: Metadata | None
+    protocol: Protocol | None
+    adds: tuple[AddFile, ...]
+    removes: tuple[RemoveFile, ...]
+    app_ids: frozenset[str]
+    domains: tuple[DomainMetadata, ...]
+
+    @staticmethod
+    def of(commit: Commit) -> WinningCommit:
+        return WinningCommit(
+            version=commit.version,
+            commit_info=commit.commit_info,
+            metadata=commit.metadata,
+            protocol=commit.protocol,
+            adds=tuple(commit.adds),
+            removes=tuple(commit.removes),
+            app_ids=frozenset(t.app_id for t in commit.txns),
+            domains=tuple(commit.domains),
+        )
+
+    @property
+    def is_blind_append(self) -> bool:
+        # Taken from the winner's commitInfo only; missing means false (Delta Spark).
+        return bool(self.commit_info is not None and self.commit_info.is_blind_append)
+
+    @property
+    def operation(self) -> str:
+        return self.commit_info.operation if self.commit_info is not None else "TRANSACTION"
+
+
+def check_conflicts(txn: TransactionSummary, winner: WinningCommit) -> TransactionSummary:
+    """Check ``txn`` against one winning commit; return it rebased, or raise a conflict."""
+    _check_large_commit(txn, winner)
+    txn = _check_protocol(txn, winner)
+    txn = _check_metadata(txn, winner)
+    _check_domain_metadata(txn, winner)
+    _check_app_ids(txn, winner)
+    _check_added_files(txn, winner)
+    _check_deleted_files_read(txn, winner)
+    _check_delete_delete(txn, winner)
+    return txn
+
+
+def check_all(txn: TransactionSummary, winners: Sequence[WinningCommit]) -> TransactionSummary:
+    """Run :func:`check_conflicts` over winners in ascending version order."""
+    for winner in sorted(winners, key=lambda w: w.version):
+        txn = check_conflicts(txn, winner)
+    return txn
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _conflict(
+    cls: type[DeltaConcurrentModificationException],
+    txn: TransactionSummary,
+    winner: WinningCommit,
+    *,
+    partition: str | None = None,
+    detail: str = "",
+) -> DeltaConcurrentModificationException:
+    info: dict[str, Any] = winner.commit_info.to_json() if winner.commit_info is not None else {}
+    return cls(
+        winning_version=winner.version,
+        operation=winner.operation,
+        winning_commit_info=info,
+        partition=partition,
+        isolation_level=txn.isolation_level.value,
+        table=txn.table,
+        detail=detail,
+    )
+
+
+def partition_hint(
+    partition_values: Mapping[str, str | None] | None, partition_schema: pa.Schema
+) -> str | None:
+    """Delta's ``[c1=v1, c2=v2]`` hint (schema order, ``null`` for missing), or None."""
+    if not partition_values or len(partition_schema) == 0:
+        return None
+    parts = []
+    for name in partition_schema.names:
+        value = partition_values.get(name)
+        parts.append(f"{name}={'null' if value is None else value}")
+    return "[" + ", ".join(parts) + "]"
+
+
+# --------------------------------------------------------------------------- the checks
+
+
+def _check_large_commit(txn: TransactionSummary, winner: WinningCommit) -> None:
+    """0. A RESTORE computed its adds and removes from the read version: any winner
+    invalidates them (Delta Spark's ``commitLarge`` raises ConcurrentWriteException)."""
+    if txn.fail_on_any_winner:
+        raise _conflict(ConcurrentWriteException, txn, winner)
+
+
+def _check_protocol(txn: TransactionSummary, winner: WinningCommit) -> TransactionSummary:
+    """1. A winning protocol: the client must support it; two protocol changes conflict.
+
+    Table creation always writes a protocol, so two concurrent creators of one table (or
+    two writers to an empty path) fail here with ProtocolChangedException, whose message
+    carries the empty-directory hint when the winner is version 0.
+    """
+    new = winner.protocol
+    if new is None:
+        return txn
+    check_supported(new)  # raises UnsupportedProtocolError, not a conflict
+    if txn.protocol is not None:
+        raise _conflict(ProtocolChangedException, txn, winner)
+    if txn.read_protocol is not None and removed_features(txn.read_protocol, new):
+        raise _conflict(
+            ProtocolChangedException,
+            txn,
+            winner,
+            detail=f"Features removed: {sorted(removed_features(txn.read_protocol, new))}. ",
+        )
+    return dataclasses.replace(txn, read_protocol=new)
+
+
+def _check_metadata(txn: TransactionSummary, winner: WinningCommit) -> TransactionSummary:
+    """2. A winning metadata change fails every concurrent write.
+
+    The only tolerated difference is enabling an allow-listed feature property (Delta's
+    ``attemptToResolveMetadataConflicts``); the transaction then adopts the new metadata.
+    """
+    new = winner.metadata
+    if new is None:
+        return txn
+    if txn.metadata is not None or txn.read_metadata is None:
+        raise _conflict(MetadataChangedException, txn, winner)
+    old = txn.read_metadata
+    same_identity = (
+        old.id == new.id
+        and old.schema_string == new.schema_string
+        and old.partition_columns == new.partition_columns
+        and old.name == new.name
+        and old.description == new.description
+        and old.format == new.format
+    )
+    if not same_identity:
+        raise _conflict(MetadataChangedException, txn, winner)
+    if any(k not in new.configuration for k in old.configuration):
+        raise _conflict(MetadataChangedException, txn, winner)
+    for key, value in new.configuration.items():
+        if old.configuration.get(key) == value:
+            continue
+        if _ALLOWED_CONCURRENT_PROPERTY_CHANGES.get(key) != value:
+            raise _conflict(MetadataChangedException, txn, winner)
+    return dataclasses.replace(txn, read_metadata=new)
+
+
+def _check_domain_metadata(txn: TransactionSummary, winner: WinningCommit) -> None:
+    """3. Both commits write the same metadata domain."""
+    mine = {d.domain for d in txn.domains}
+    for d in winner.domains:
+        if d.domain in mine:
+            raise _conflict(
+                ConcurrentTransactionException,
+                txn,
+                winner,
+                detail=f"A conflicting metadata domain {d.domain} is added.",
+            )
+
+
+def _check_app_ids(txn: TransactionSummary, winner: WinningCommit) -> None:
+    """4. The winner wrote a txn action for an app id this transaction read.
+
+    Versions are not compared (Delta Spark): two instances of one streaming query (same
+    checkpoint, same app id) always fail the loser, even when they wrote the same batch.
+    """
+    if txn.read_set.app_ids & winner.app_ids:
+        raise _conflict(ConcurrentTransactionException, txn, winner)
+
+
+def _check_added_files(txn: TransactionSummary, winner: WinningCommit) -> None:
+    """5. Files the winner added that this transaction's reads would have returned.
+
+    Candidates depend on the isolation level: Serializable counts every add;
+    WriteSerializable ignores a blind-append winner's adds unless this transaction
+    changes metadata; snapshot isolation (no data change) counts none. A blind append
+    never conflicts here. On an unpartitioned table, or after ``read_whole_table``, any
+    candidate conflicts; otherwise a candidate conflicts when its partition values satisfy
+    one of the recorded partition predicates.
+    """
+    level = txn.isolation_level
+    if level is IsolationLevel.SNAPSHOT_ISOLATION or txn.is_blind_append:
+        return
+    if level is IsolationLevel.SERIALIZABLE or txn.metadata is not None:
+        candidates = winner.adds
+    else:
+        candidates = () if winner.is_blind_append else winner.adds
+    if not candidates:
+        return
+    unpartitioned = txn.read_metadata is None or not txn.read_metadata.partition_columns
+    if txn.read_set.whole_table or unpartitioned:
+        match: AddFile | None = candidates[0]
+    else:
+        match = _first_matching(txn.read_set.partition_predicates, candidates, txn.partition_schema)
+    if match is not None:
+        raise _conflict(
+            ConcurrentAppendException,
+            txn,
+            winner,
+            partition=partition_hint(match.partition_values, txn.partition_schema),
+        )
+
+
+def _first_matching(
+    predicates: Sequence[Expr], candidates: Sequence[AddFile], partition_schema: pa.Schema
+) -> AddFile | None:
+    if not predicates:
+        return None
+    if any(isinstance(p, Literal) and p.value is True for p in predicates):
+        return candidates[0]
+    # Evaluate each distinct partition once: a 1,000-file winner usually spans few.
+    distinct: dict[tuple[tuple[str, str | None], ...], AddFile] = {}
+    for add in candidates:
+        distinct.setdefault(tuple(sorted(add.partition_values.items())), add)
+    keys = list(distinct)
+    table = partition_values_table([dict(k) for k in keys], partition_schema)
+    for pred in dict.fromkeys(predicates):  # de-duplicated, order kept
+        mask = evaluate_mask(pred, table).to_pylist()
+        for key, hit in zip(keys, mask, strict=True):
+            if hit:
+                return distinct[key]
+    return None
+
+
+def _check_deleted_files_read(txn: TransactionSummary, winner: WinningCommit) -> None:
+    """6. The winner removed a file this transaction read (its remove dataChange is ignored,
+    so a compaction's removes conflict too)."""
+    if not winner.removes:
+        return
+    read = txn.read_set.files
+    for remove in winner.removes:
+        values = read.get(remove.path)
+        if values is not None or remove.path in read:
+            raise _conflict(
+                ConcurrentDeleteReadException,
+                txn,
+                winner,
+                partition=partition_hint(values, txn.partition_schema),
+            )
+    if txn.read_set.whole_table:
+        raise _conflict(ConcurrentDeleteReadException, txn, winner)
+
+
+def _check_delete_delete(txn: TransactionSummary, winner: WinningCommit) -> None:
+    """7. Both commits remove the same file path (DV ids and dataChange are not compared)."""
+    if not winner.removes or not txn.removes:
+        return
+    mine = {r.path: r for r in txn.removes}
+    for remove in winner.removes:
+        own = mine.get(remove.path)
+        if own is not None:
+            raise _conflict(
+                ConcurrentDeleteDeleteException,
+                txn,
+                winner,
+                partition=partition_hint(own.partition_values, txn.partition_schema),
+            )

@@ -1,0 +1,491 @@
+"""Data files of a table: write Parquet files (with their add actions and stats) and read them.
+
+Layout follows Delta/Spark: ``<col>=<value>/.../part-<5 digits>-<uuid>.c000.snappy.parquet``
+with partition directory names escaped like Hive (``escapePathName``), partition columns
+*not* stored in the files, and ``add.path`` the relative path percent-encoded as a URI path
+(readers unquote it). Timestamps are written as INT64 microseconds; statistics follow Delta's
+JSON form (see :func:`file_stats`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+from urllib.parse import quote, unquote, urlparse
+
+import fsspec
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from fsspec.implementations.local import LocalFileSystem
+
+from eventlog.actions import AddFile
+from eventlog.errors import InvalidInputError, UnknownColumnError
+from eventlog.schema import decode_partition_value, encode_partition_value
+
+__all__ = ["DEFAULT_TARGET_FILE_SIZE", "delete_files", "file_stats", "read_data_files", "write_data_files"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
+HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+STRING_PREFIX_LENGTH = 32  # Delta's dataSkippingStringPrefixLength
+_MAX_ROW_GROUP_BYTES = 64 * 1024 * 1024
+_MAX_ROW_GROUP_ROWS = 1024 * 1024
+_GROUP_SLICE_ROWS = 1024 * 1024
+_EPOCH = dt.datetime(1970, 1, 1)
+_EPOCH_DATE = dt.date(1970, 1, 1)
+
+# Hive/Spark ExternalCatalogUtils.charToEscape (plus NUL).
+_ESCAPED = {chr(c) for c in range(0x00, 0x20)} | set("\"#%'*/:=?\\\x7f{[]^")
+_WRITE_OPTIONS: dict[str, Any] = dict(
+    compression="snappy",
+    coerce_timestamps="us",
+    use_deprecated_int96_timestamps=False,
+    write_statistics=True,
+)
+
+
+def escape_path_name(value: str) -> str:
+    """Escape a partition directory component like Hive/Spark (``%XX`` for unsafe chars)."""
+    return "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in value)
+
+
+def _partition_dir(partition_columns: Sequence[str], values: Mapping[str, str | None]) -> str:
+    parts = []
+    for col in partition_columns:
+        v = values.get(col)
+        parts.append(
+            f"{escape_path_name(col)}={HIVE_DEFAULT_PARTITION if v is None else escape_path_name(v)}"
+        )
+    return "/".join(parts)
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def write_data_files(
+    fs: fsspec.AbstractFileSystem,
+    root: str,
+    data: pa.Table,
+    *,
+    partition_columns: Sequence[str],
+    data_change: bool = True,
+    target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+    max_rows_per_file: int | None = None,
+) -> list[AddFile]:
+    """Write ``data`` (already conformed, partition columns included) as Parquet files.
+
+    Rows are grouped by partition values; a file is closed once it reaches
+    ``target_file_size`` bytes (checked after each row group) or ``max_rows_per_file`` rows.
+    Returns one :class:`AddFile` per file. On failure the files written so far are deleted.
+    """
+    pcols = list(partition_columns)
+    for c in pcols:
+        if c not in data.column_names:
+            raise UnknownColumnError(c, data.column_names, "partition columns")
+        t = data.schema.field(c).type
+        if pa.types.is_nested(t) or pa.types.is_null(t):
+            raise InvalidInputError(
+                f"partition column {c!r} has type {t}, which cannot be a partition column"
+            )
+    if len(set(pcols)) != len(pcols):
+        raise InvalidInputError(f"duplicate partition columns {pcols}")
+    if pcols and len(pcols) == data.num_columns:
+        raise InvalidInputError("cannot use all columns as partition columns: no data columns would remain")
+    if max_rows_per_file is not None and max_rows_per_file < 1:
+        raise InvalidInputError(f"max_rows_per_file must be positive, got {max_rows_per_file}")
+    if target_file_size < 1:
+        raise InvalidInputError(f"target_file_size must be positive, got {target_file_size}")
+    if data.num_rows == 0:
+        return []
+
+    # Zero-copy: the files hold every column but the partition columns.
+    file_data = data.drop_columns(pcols) if pcols else data
+    file_data = file_data.replace_schema_metadata(None)
+    row_bytes = max(1, file_data.nbytes // max(1, data.num_rows))
+    rows_per_group = max(
+        1, min(_MAX_ROW_GROUP_ROWS, min(target_file_size, _MAX_ROW_GROUP_BYTES) // row_bytes)
+    )
+    if max_rows_per_file is not None:
+        rows_per_group = min(rows_per_group, max_rows_per_file)
+    writer = _Writer(fs, root.rstrip("/"), file_data, data_change, target_file_size, max_rows_per_file)
+    try:
+        if not pcols:
+            writer.write_group({}, "", None, rows_per_group)
+        else:
+            for values, indices in _partition_groups(data, pcols):
+                pdir = _partition_dir(pcols, values)
+                writer.write_group(
+                    values, pdir, None if len(indices) == data.num_rows else indices, rows_per_group
+                )
+    except BaseException:
+        delete_files(fs, root, writer.started)
+        raise
+    return writer.adds
+
+
+def _partition_groups(
+    data: pa.Table, pcols: list[str]
+) -> list[tuple[dict[str, str | None], pa.ChunkedArray]]:
+    """(encoded partition values, row indices) per distinct partition, rows in input order.
+
+    Hash grouping runs on slices of ``_GROUP_SLICE_ROWS`` rows so its scratch memory stays
+    bounded; only the row indices (4 bytes a row) outlive it.
+    """
+    n = data.num_rows
+    id_type = pa.uint32() if n < 2**32 else pa.uint64()
+    types = [data.schema.field(c).type for c in pcols]
+    keys = data.select(pcols)
+    groups: dict[tuple[str | None, ...], list[pa.Array]] = {}
+    for start in range(0, n, _GROUP_SLICE_ROWS):
+        part = keys.slice(start, _GROUP_SLICE_ROWS)
+        # Row ids start..start+len-1 built in C++ (no Python loop, no numpy dependency).
+        ones = pa.nulls(part.num_rows, id_type).fill_null(1)
+        row_ids = (
+            pc.add(pc.cumulative_sum(ones), pa.scalar(start - 1, id_type))
+            if start
+            else pc.subtract(pc.cumulative_sum(ones), pa.scalar(1, id_type))
+        )
+        grouped = part.append_column("__row", row_ids).group_by(pcols, use_threads=False)
+        agg = grouped.aggregate([("__row", "list")])
+        lists = agg.column("__row_list").combine_chunks()
+        for i, key in enumerate(agg.select(pcols).to_pylist()):
+            # Keyed by the encoded values: those define the partition (and NaN == NaN there).
+            enc = tuple(encode_partition_value(key[c], t) for c, t in zip(pcols, types, strict=True))
+            groups.setdefault(enc, []).append(lists[i].values)
+    return [
+        (dict(zip(pcols, enc, strict=True)), pa.chunked_array(chunks, id_type))
+        for enc, chunks in groups.items()
+    ]
+
+
+class _Writer:
+    """Writes the files of one ``write_data_files`` call and collects their add actions."""
+
+    def __init__(
+        self,
+        fs: fsspec.AbstractFileSystem,
+        root: str,
+        file_data: pa.Table,
+        data_change: bool,
+        target_file_size: int,
+        max_rows: int | None,
+    ) -> None:
+        self.fs = fs
+        self.root = root
+        self.file_data = file_data
+        self.schema = file_data.schema
+        self.data_change = data_change
+        self.target = target_file_size
+        self.max_rows = max_rows
+        self.adds: list[AddFile] = []
+        self.started: list[str] = []  # add.path of every file opened, for cleanup on failure
+        self.made_dirs: set[str] = set()
+
+    def write_group(
+        self, values: dict[str, str | None], pdir: str, indices: pa.ChunkedArray | None, rows_per_group: int
+    ) -> None:
+        total = self.file_data.num_rows if indices is None else len(indices)
+        directory = f"{self.root}/{pdir}" if pdir else self.root
+        if directory not in self.made_dirs:
+            self.fs.makedirs(directory, exist_ok=True)
+            self.made_dirs.add(directory)
+        pos = 0
+        while pos < total:
+            name = f"part-{len(self.started):05d}-{uuid.uuid4()}.c000.snappy.parquet"
+            rel = f"{pdir}/{name}" if pdir else name
+            self.started.append(quote(rel, safe="/="))
+            stats = _StatsAccumulator(self.schema)
+            rows = 0
+            with self.fs.open(f"{directory}/{name}", "wb") as sink:
+                with pq.ParquetWriter(sink, self.schema, **_WRITE_OPTIONS) as writer:
+                    while pos < total:
+                        n = min(rows_per_group, total - pos)
+                        if self.max_rows is not None:
+                            n = min(n, self.max_rows - rows)
+                        # Only one row group is materialised at a time: slices are zero-copy,
+                        # and a take copies just the rows of this row group.
+                        if indices is None:
+                            chunk = self.file_data.slice(pos, n)
+                        else:
+                            chunk = self.file_data.take(indices.slice(pos, n))
+                        writer.write_table(chunk, row_group_size=n)
+                        stats.update(chunk)
+                        pos += n
+                        rows += n
+                        if self.max_rows is not None and rows >= self.max_rows:
+                            break
+                        if sink.tell() >= self.target:
+                            break
+                size = int(sink.tell())
+            self.adds.append(
+                AddFile(
+                    path=self.started[-1],
+                    partition_values=dict(values),
+                    size=size,
+                    modification_time=int(time.time() * 1000),
+                    data_change=self.data_change,
+                    stats=stats.to_json(),
+                )
+            )
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def _leaf_columns(table: pa.Table) -> Iterable[tuple[tuple[str, ...], pa.ChunkedArray]]:
+    """Non-struct leaves; struct children carry their parents' nulls (Spark counts those)."""
+
+    def walk(
+        path: tuple[str, ...], col: pa.ChunkedArray
+    ) -> Iterable[tuple[tuple[str, ...], pa.ChunkedArray]]:
+        if pa.types.is_struct(col.type):
+            for i, child in enumerate(col.flatten()):
+                yield from walk((*path, col.type.field(i).name), child)
+        else:
+            yield path, col
+
+    for name, col in zip(table.column_names, table.columns, strict=True):
+        yield from walk((name,), col)
+
+
+def _minmax_kind(t: pa.DataType) -> str | None:
+    types = pa.types
+    if types.is_integer(t) or types.is_boolean(t):
+        return "plain"
+    if types.is_floating(t):
+        return "float"
+    if types.is_decimal(t):
+        return "decimal"
+    if types.is_string(t) or types.is_large_string(t):
+        return "string"
+    if types.is_date32(t):
+        return "date"
+    if types.is_timestamp(t):
+        return "ts" if t.tz is not None else "ntz"
+    return None  # binary, lists, maps: nullCount only
+
+
+class _StatsAccumulator:
+    """Delta stats of a file, accumulated row group by row group (vectorised per group)."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.num_records = 0
+        self.null_counts: dict[tuple[str, ...], int] = {}
+        self.mins: dict[tuple[str, ...], Any] = {}
+        self.maxs: dict[tuple[str, ...], Any] = {}
+        self.kinds: dict[tuple[str, ...], str | None] = {}
+        self.has_nan: set[tuple[str, ...]] = set()
+        for path, col in _leaf_columns(schema.empty_table()):
+            self.null_counts[path] = 0
+            self.kinds[path] = _minmax_kind(col.type)
+
+    def update(self, table: pa.Table | pa.RecordBatch) -> None:
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        self.num_records += table.num_rows
+        for path, col in _leaf_columns(table):
+            nulls = col.null_count
+            self.null_counts[path] += nulls
+            kind = self.kinds[path]
+            if kind is None or nulls == len(col):
+                continue
+            mm = pc.min_max(col)
+            lo, hi = mm["min"], mm["max"]
+            if kind in ("date", "ts", "ntz"):
+                lo_v, hi_v = lo.value, hi.value  # raw days / microseconds
+            else:
+                lo_v, hi_v = lo.as_py(), hi.as_py()
+            if kind == "float" and pc.any(pc.is_nan(col)).as_py():
+                # Spark orders NaN above every number: the max is unknown, the min still holds.
+                self.has_nan.add(path)
+            if lo_v is not None and (path not in self.mins or lo_v < self.mins[path]):
+                self.mins[path] = lo_v
+            if hi_v is not None and (path not in self.maxs or hi_v > self.maxs[path]):
+                self.maxs[path] = hi_v
+
+    def to_json(self) -> str:
+        min_values: dict[str, Any] = {}
+        max_values: dict[str, Any] = {}
+        null_count: dict[str, Any] = {}
+        for path, nulls in self.null_counts.items():
+            _put(null_count, path, nulls)
+            kind = self.kinds[path]
+            if kind is None:
+                continue
+            if path in self.mins:
+                lo = _json_value(self.mins[path], kind, upper=False)
+                if lo is not None:
+                    _put(min_values, path, lo)
+            if path in self.maxs and path not in self.has_nan:
+                hi = _json_value(self.maxs[path], kind, upper=True)
+                if hi is not None:
+                    _put(max_values, path, hi)
+        doc = {
+            "numRecords": self.num_records,
+            "minValues": min_values,
+            "maxValues": max_values,
+            "nullCount": null_count,
+        }
+        return orjson.dumps(doc).decode()
+
+
+def _put(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for part in path[:-1]:
+        doc = doc.setdefault(part, {})
+    doc[path[-1]] = value
+
+
+def _json_value(v: Any, kind: str, *, upper: bool) -> Any:
+    """A min (``upper=False``) or max in Delta's JSON form, or None to omit it."""
+    if kind == "plain":
+        return v
+    if kind == "float":
+        return v if v == v and v not in (float("inf"), float("-inf")) else None
+    if kind == "decimal":
+        assert isinstance(v, Decimal)
+        return orjson.Fragment(format(v, "f").encode())  # exact digits as a JSON number
+    if kind == "string":
+        assert isinstance(v, str)
+        if len(v) <= STRING_PREFIX_LENGTH:
+            return v
+        # A prefix is still a lower bound; a truncated max would not be an upper bound.
+        return None if upper else v[:STRING_PREFIX_LENGTH]
+    try:
+        if kind == "date":
+            return (_EPOCH_DATE + dt.timedelta(days=v)).isoformat()
+        # Delta keeps millisecond precision: floor the min, ceil the max so skipping stays safe.
+        ms = -(-v // 1000) if upper else v // 1000
+        t = _EPOCH + dt.timedelta(milliseconds=ms)
+    except OverflowError:  # outside Python's datetime range: no bound rather than a wrong one
+        return None
+    text = f"{t.year:04d}-{t:%m-%dT%H:%M:%S}.{t.microsecond // 1000:03d}"
+    return text + "Z" if kind == "ts" else text
+
+
+def file_stats(batch_or_table: pa.Table | pa.RecordBatch) -> str:
+    """Delta stats JSON (numRecords, minValues, maxValues, nullCount) of data about to be written.
+
+    Dates are ``YYYY-MM-DD``; timestamps ISO with milliseconds (``Z`` suffix when tz-aware),
+    the min truncated and the max rounded up to the millisecond; decimals are exact JSON
+    numbers; strings keep a 32-character prefix as min and drop a longer max; binary, array
+    and map columns get a null count only; struct columns nest.
+    """
+    acc = _StatsAccumulator(batch_or_table.schema)
+    acc.update(batch_or_table)
+    return acc.to_json()
+
+
+# --------------------------------------------------------------------------- reading
+
+_PARQUET_FORMAT = ds.ParquetFileFormat(
+    # Spark writes INT96 timestamps by default; read them as microseconds like the table type.
+    read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"),
+)
+
+
+def _arrow_fs(fs: fsspec.AbstractFileSystem) -> pafs.FileSystem:
+    if isinstance(fs, LocalFileSystem):
+        return pafs.LocalFileSystem()  # native C++ I/O: much faster than going through Python
+    return pafs.PyFileSystem(pafs.FSSpecHandler(fs))
+
+
+def _file_path(fs: fsspec.AbstractFileSystem, root: str, path: str) -> str:
+    if urlparse(path).scheme:  # absolute URI (e.g. shallow clones)
+        return str(fs._strip_protocol(unquote(path)))
+    return f"{root.rstrip('/')}/{unquote(path)}"
+
+
+def read_data_files(
+    fs: fsspec.AbstractFileSystem,
+    root: str,
+    files: Sequence[AddFile],
+    schema: pa.Schema,
+    partition_columns: Sequence[str],
+    *,
+    columns: Sequence[str] | None = None,
+    filter: pc.Expression | None = None,
+) -> pa.Table:
+    """Read ``files`` as one table with exactly ``schema`` (or ``columns``, in schema order).
+
+    Partition columns come from each file's partition values; columns absent from older files
+    are null; ``filter`` (over column names, partition columns included) is applied with
+    Parquet row-group and partition pruning.
+    """
+    for c in partition_columns:
+        if c not in schema.names:
+            raise UnknownColumnError(c, schema.names, "partition columns")
+    if columns is not None:
+        for c in columns:
+            if c not in schema.names:
+                raise UnknownColumnError(c, schema.names, "read columns")
+        wanted = set(columns)
+        out_schema = pa.schema([f for f in schema if f.name in wanted])
+    else:
+        out_schema = pa.schema(list(schema))
+    if not files:
+        return out_schema.empty_table()
+    part_types = {c: schema.field(c).type for c in partition_columns}
+    cache: dict[tuple[tuple[str, str | None], ...], pc.Expression] = {}
+    expressions: list[pc.Expression] = []
+    for add in files:
+        key = tuple((c, add.partition_values.get(c)) for c in partition_columns)
+        expr = cache.get(key)
+        if expr is None:
+            expr = _partition_expression(key, part_types)
+            cache[key] = expr
+        expressions.append(expr)
+    dataset = ds.FileSystemDataset.from_paths(
+        [_file_path(fs, root, add.path) for add in files],
+        schema=pa.schema(list(schema)),
+        format=_PARQUET_FORMAT,
+        filesystem=_arrow_fs(fs),
+        partitions=expressions if partition_columns else None,
+    )
+    table = dataset.to_table(columns=out_schema.names, filter=filter)
+    if table.schema.equals(out_schema, check_metadata=True) and all(
+        str(a.type) == str(b.type) for a, b in zip(table.schema, out_schema, strict=True)
+    ):
+        return table
+    cols = [
+        col if str(col.type) == str(f.type) else col.cast(f.type)
+        for col, f in zip(table.columns, out_schema, strict=True)
+    ]
+    return pa.Table.from_arrays(cols, schema=out_schema)
+
+
+def _partition_expression(
+    key: tuple[tuple[str, str | None], ...], types: Mapping[str, pa.DataType]
+) -> pc.Expression:
+    # The dataset materialises partition columns from these per-file guarantees (and prunes
+    # files whose guarantee contradicts the filter).
+    expr: pc.Expression | None = None
+    for col, raw in key:
+        value = decode_partition_value(raw, types[col])
+        term = pc.field(col).is_null() if value is None else pc.field(col) == pa.scalar(value, types[col])
+        expr = term if expr is None else expr & term
+    return expr if expr is not None else pc.scalar(True)
+
+
+# --------------------------------------------------------------------------- cleanup
+
+
+def delete_files(fs: fsspec.AbstractFileSystem, root: str, relative_paths: Iterable[str]) -> None:
+    """Best-effort delete of data files given by their ``add.path`` (missing files are fine)."""
+    for rel in relative_paths:
+        path = _file_path(fs, root, rel)
+        try:
+            fs.rm_file(path)
+        except FileNotFoundError:
+            pass
+        except Exception as exc:  # cleanup must never mask the error that triggered it
+            log.warning("could not delete staged data file %s: %s", path, exc)

@@ -1,0 +1,342 @@
+"""Typed errors of the table engine.
+
+One root, :class:`EventlogError`. The conflict exceptions keep Delta Lake's names and
+hierarchy (``DeltaConcurrentModificationException`` and its subclasses), carry structured
+fields (winning version, the winner's operation and commitInfo, partition hint, isolation
+level) and survive pickling: every class stores its constructor arguments and rebuilds
+itself from them in ``__reduce__``.
+
+Three kinds of failure are distinct types, so callers never have to parse messages:
+
+* "definitely failed, nothing written": :class:`InvalidInputError` and subclasses,
+  :class:`DeltaConcurrentModificationException` and subclasses, :class:`CommitFailedError`;
+* "retry-safe": the conflict exceptions say the operation may be re-run on a fresh snapshot;
+* "outcome unknown": :class:`CommitStateUnknownError`; staged files are kept.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+DOC_LINK = "https://docs.delta.io/latest/concurrency-control.html"
+
+
+class EventlogError(Exception):
+    """Root of every error raised by :mod:`eventlog`."""
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self._fields = dict(fields)
+        for key, value in fields.items():
+            setattr(self, key, value)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self._fields, self.__cause__))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _rebuild(
+    cls: type[EventlogError], message: str, fields: dict[str, Any], cause: BaseException | None
+) -> EventlogError:
+    err = cls.__new__(cls)
+    EventlogError.__init__(err, message, **fields)
+    err.__cause__ = cause
+    return err
+
+
+# --------------------------------------------------------------------------- table state
+
+
+class TableNotFoundError(EventlogError):
+    """No Delta log exists at the URI (``Table.open`` on an absent table)."""
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(f"no table at {uri!r}: {uri}/_delta_log has no commits", uri=uri)
+
+
+class TableAlreadyExistsError(EventlogError):
+    """``Table.create`` on a URI that already holds a table."""
+
+    def __init__(self, uri: str, version: int) -> None:
+        super().__init__(
+            f"a table already exists at {uri!r} (latest version {version})", uri=uri, version=version
+        )
+
+
+class CorruptLogError(EventlogError):
+    """The commit log cannot be replayed: a gap in the versions or an unparseable line."""
+
+    def __init__(self, message: str, *, uri: str, version: int | None, line: int | None = None) -> None:
+        super().__init__(message, uri=uri, version=version, line=line)
+
+
+class VersionNotFoundError(EventlogError):
+    """Time travel to a version or timestamp the log does not hold."""
+
+    def __init__(self, message: str, *, requested: Any, earliest: int, latest: int) -> None:
+        super().__init__(message, requested=requested, earliest=earliest, latest=latest)
+
+
+class UnsupportedProtocolError(EventlogError):
+    """The table needs a reader or writer feature this library does not implement."""
+
+    def __init__(self, message: str, *, features: list[str]) -> None:
+        super().__init__(message, features=features)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+class InvalidInputError(EventlogError):
+    """Bad user input, rejected before anything was written."""
+
+
+class SchemaMismatchError(InvalidInputError):
+    """Data whose schema does not match the table's; names the offending columns."""
+
+    def __init__(self, message: str, *, columns: list[str]) -> None:
+        EventlogError.__init__(self, message, columns=columns)
+
+
+class UnknownColumnError(InvalidInputError):
+    """A predicate, SET expression, partition column or Z-order column names no column."""
+
+    def __init__(self, column: str, available: list[str], context: str = "") -> None:
+        where = f" in {context}" if context else ""
+        EventlogError.__init__(
+            self,
+            f"unknown column {column!r}{where}; the table has columns {available}",
+            column=column,
+            available=available,
+            context=context,
+        )
+
+
+class PredicateError(InvalidInputError):
+    """A SQL predicate or expression that cannot be parsed or is not supported."""
+
+    def __init__(self, message: str, *, expression: str) -> None:
+        EventlogError.__init__(self, message, expression=expression)
+
+
+class InvalidTablePropertyError(InvalidInputError):
+    """A table property with an invalid value (e.g. ``delta.isolationLevel``)."""
+
+    def __init__(self, key: str, value: str, allowed: list[str]) -> None:
+        EventlogError.__init__(
+            self,
+            f"invalid value {value!r} for table property {key!r}; allowed values: {allowed}",
+            key=key,
+            value=value,
+            allowed=allowed,
+        )
+
+
+class TransactionStateError(InvalidInputError):
+    """Misuse of a transaction: a second operation, or use after commit."""
+
+
+class MergeCardinalityError(InvalidInputError):
+    """MERGE matched one target row with several source rows (Delta's cardinality rule)."""
+
+    def __init__(self, message: str, *, rows: int) -> None:
+        EventlogError.__init__(self, message, rows=rows)
+
+
+class AppendOnlyViolationError(InvalidInputError):
+    """DELETE/UPDATE/overwrite on a table with ``delta.appendOnly = true``."""
+
+
+# --------------------------------------------------------------------------- commits
+
+
+class CommitFailedError(EventlogError):
+    """The commit definitely did not land: retry budget exhausted. The cause is chained."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        attempts: int,
+        start_version: int,
+        last_attempted_version: int,
+        elapsed_ms: float,
+        txn_id: str,
+    ) -> None:
+        super().__init__(
+            message,
+            attempts=attempts,
+            start_version=start_version,
+            last_attempted_version=last_attempted_version,
+            elapsed_ms=elapsed_ms,
+            txn_id=txn_id,
+        )
+
+
+class CommitStateUnknownError(EventlogError):
+    """The slot store stayed unreachable: the commit may or may not have landed.
+
+    Staged files are kept. ``txn_id`` identifies the commit in the log if it landed.
+    """
+
+    def __init__(self, message: str, *, txn_id: str, version: int | None) -> None:
+        super().__init__(message, txn_id=txn_id, version=version)
+
+
+# --------------------------------------------------------------------------- conflicts
+
+
+class DeltaConcurrentModificationException(EventlogError):
+    """Base of Delta's conflict exceptions: a concurrent commit conflicts with this one.
+
+    Fields: ``winning_version``, ``operation`` (the winner's commitInfo.operation),
+    ``winning_commit_info`` (dict), ``partition`` (hint such as ``"[date=2024-01-01]"`` or
+    None), ``isolation_level`` (of the losing transaction), ``conflict_type`` (the class
+    name without "Exception", as in Delta), ``table`` (URI).
+    """
+
+    error_class = "DELTA_CONCURRENT_MODIFICATION"
+    sql_state = "2D521"
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        winning_version: int,
+        operation: str,
+        winning_commit_info: dict[str, Any] | None = None,
+        partition: str | None = None,
+        isolation_level: str | None = None,
+        table: str = "",
+        detail: str = "",
+    ) -> None:
+        fields = dict(
+            winning_version=winning_version,
+            operation=operation,
+            winning_commit_info=winning_commit_info or {},
+            partition=partition,
+            isolation_level=isolation_level,
+            table=table,
+            detail=detail,
+            conflict_type=type(self).__name__.removesuffix("Exception"),
+        )
+        if message is None:
+            message = self._render(fields)
+        super().__init__(message, **fields)
+
+    def _render(self, f: dict[str, Any]) -> str:  # pragma: no cover - overridden
+        return f"[{self.error_class}] {f['detail']}"
+
+    @staticmethod
+    def _conflicting_commit(f: dict[str, Any]) -> str:
+        info = dict(f["winning_commit_info"])
+        info["version"] = f["winning_version"]
+        return "\nConflicting commit: " + json.dumps(info, sort_keys=True, default=str)
+
+
+class _FileConflict(DeltaConcurrentModificationException):
+    _verb = ""
+    _tail = ""
+
+    def _render(self, f: dict[str, Any]) -> str:
+        hint = f" in the partition {f['partition']}" if f["partition"] else ""
+        cls = self.error_class + (".WITH_PARTITION_HINT" if f["partition"] else ".WITHOUT_HINT")
+        return (
+            f"[{cls}] Transaction conflict detected, a concurrent {f['operation']} {self._verb} "
+            f"table delta.`{f['table']}` (committed at version {f['winning_version']}){self._tail}. "
+            f"The concurrent operation modified data{hint} that {self._what}. "
+            f"Please retry the operation. Refer to {DOC_LINK} for more information."
+        )
+
+    _what = "was read by this operation"
+
+
+class ConcurrentAppendException(_FileConflict):
+    """Files were added, by a commit that won, to a partition this transaction read."""
+
+    error_class = "DELTA_CONCURRENT_APPEND"
+    _verb = "added data to"
+    _tail = ""
+    _what = "should have been read by this operation"
+
+
+class ConcurrentDeleteReadException(_FileConflict):
+    """A commit that won removed a file this transaction read."""
+
+    error_class = "DELTA_CONCURRENT_DELETE_READ"
+    _verb = "deleted data from"
+    _tail = " that this transaction read"
+
+
+class ConcurrentDeleteDeleteException(_FileConflict):
+    """A commit that won removed a file this transaction also removes."""
+
+    error_class = "DELTA_CONCURRENT_DELETE_DELETE"
+    _verb = "deleted data from"
+    _tail = " that this transaction attempted to delete"
+
+
+class MetadataChangedException(DeltaConcurrentModificationException):
+    """A commit that won changed the table metadata (schema, properties, partitioning)."""
+
+    error_class = "DELTA_METADATA_CHANGED"
+
+    def _render(self, f: dict[str, Any]) -> str:
+        return (
+            f"[{self.error_class}] MetadataChangedException: The metadata of the Delta table "
+            f"delta.`{f['table']}` has been changed by a concurrent update. Please try the "
+            f"operation again.{self._conflicting_commit(f)}\nRefer to {DOC_LINK} for more details."
+        )
+
+
+class ProtocolChangedException(DeltaConcurrentModificationException):
+    """The protocol changed concurrently, or two writers created the table at once."""
+
+    error_class = "DELTA_PROTOCOL_CHANGED"
+
+    def _render(self, f: dict[str, Any]) -> str:
+        extra = ""
+        if f["winning_version"] == 0:
+            extra = (
+                "This happens when multiple writers are writing to an empty directory. "
+                "Creating the table ahead of time will avoid this conflict. "
+            )
+        return (
+            f"[{self.error_class}] ProtocolChangedException: The protocol version of the Delta "
+            f"table has been changed by a concurrent update. {extra}{f['detail']}"
+            f"{self._conflicting_commit(f)}\nRefer to {DOC_LINK} for more details."
+        )
+
+
+class ConcurrentTransactionException(DeltaConcurrentModificationException):
+    """A commit that won wrote an app id (txn action) this transaction read, or the same domain."""
+
+    error_class = "DELTA_CONCURRENT_TRANSACTION"
+
+    def _render(self, f: dict[str, Any]) -> str:
+        if f["detail"]:
+            return f"[{self.error_class}] {f['detail']}{self._conflicting_commit(f)}"
+        return (
+            f"[{self.error_class}] ConcurrentTransactionException: This error occurs when "
+            "multiple streaming queries are using the same checkpoint to write into this "
+            "table. Did you run multiple instances of the same streaming query at the same "
+            f"time?{self._conflicting_commit(f)}\nRefer to {DOC_LINK} for more details."
+        )
+
+
+class ConcurrentWriteException(DeltaConcurrentModificationException):
+    """A concurrent transaction wrote new data since this one read (generic conflict)."""
+
+    error_class = "DELTA_CONCURRENT_WRITE"
+
+    def _render(self, f: dict[str, Any]) -> str:
+        return (
+            f"[{self.error_class}] ConcurrentWriteException: A concurrent transaction has "
+            "written new data since the current transaction read the table. Please try the "
+            f"operation again.{f['detail']}{self._conflicting_commit(f)}\n"
+            f"Refer to {DOC_LINK} for more details."
+        )

@@ -1,0 +1,369 @@
+"""MERGE INTO: upsert a source table into the target, in one transaction.
+
+The ON condition is split into its conjuncts:
+
+* ``t.col = s.col`` equalities become join keys (at least one is required);
+* target-only conjuncts (e.g. ``t.date = '2024-01-01'``) prune the target files and are
+  the transaction's read predicate, so MERGEs with explicit, disjoint partition
+  predicates do not conflict (Delta's documented fix for ConcurrentAppendException);
+* every other conjunct is evaluated on the joined rows.
+
+Clauses are evaluated in order; the first whose condition holds applies to a row. A
+target row matched by several source rows is an error when an update or delete clause
+could apply to it (Delta's cardinality rule). Target files holding at least one updated
+or deleted row are rewritten; inserted rows go to new files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from eventlog import expressions as ex
+from eventlog.actions import AddFile
+from eventlog.datafiles import read_data_files
+from eventlog.errors import InvalidInputError, MergeCardinalityError, PredicateError, UnknownColumnError
+from eventlog.operations import check_append_only, write_rows, apply_assignments, to_arrow_table
+from eventlog.schema import conform
+
+if TYPE_CHECKING:
+    from eventlog.transaction import CommitResult, Transaction
+
+_FILE = "__eventlog_file"
+_ROW = "__eventlog_row"
+_SRC = "__eventlog_src"
+
+
+@dataclass(frozen=True)
+class _Clause:
+    kind: str  # "update", "delete", "insert"
+    condition: ex.Expr | None
+    assignments: Mapping[str, ex.Expr]
+    sql: str | None
+
+
+class MergeBuilder:
+    """Delta's merge builder: ``when_matched_*`` / ``when_not_matched_*``, then ``execute()``."""
+
+    def __init__(
+        self, txn: Transaction, source: Any, on: str, *, source_alias: str = "source", target_alias: str = "target"
+    ) -> None:
+        if source_alias == target_alias:
+            raise InvalidInputError("source_alias and target_alias must differ")
+        self.txn = txn
+        self.source = to_arrow_table(source)
+        self.target_alias = target_alias
+        self.source_alias = source_alias
+        self.on_sql = on
+        self.target_schema = txn.schema
+        self.qualifiers = {target_alias: self.target_schema, source_alias: self.source.schema}
+        self.on = ex.parse_predicate(on, self.target_schema, qualifiers=self.qualifiers, context="merge ON")
+        self.matched: list[_Clause] = []
+        self.not_matched: list[_Clause] = []
+
+    # ------------------------------------------------------------------ clauses
+
+    def _cond(self, condition: str | None) -> ex.Expr | None:
+        if condition is None:
+            return None
+        return ex.parse_predicate(condition, self.target_schema, qualifiers=self.qualifiers, context="merge clause")
+
+    def _assign(self, values: Mapping[str, str]) -> dict[str, ex.Expr]:
+        by_lower = {n.lower(): n for n in self.target_schema.names}
+        out: dict[str, ex.Expr] = {}
+        for column, sql in values.items():
+            name = by_lower.get(column.split(".")[-1].lower())
+            if name is None:
+                raise UnknownColumnError(column, list(self.target_schema.names), "merge SET")
+            out[name] = ex.parse_expression(
+                sql, self.target_schema, qualifiers=self.qualifiers, context=f"merge SET {name}"
+            )
+        return out
+
+    def _all_from_source(self) -> dict[str, ex.Expr]:
+        source_names = {n.lower(): n for n in self.source.schema.names}
+        out: dict[str, ex.Expr] = {}
+        for name in self.target_schema.names:
+            src = source_names.get(name.lower())
+            if src is not None:
+                out[name] = ex.Column(src, self.source_alias)
+        if not out:
+            raise InvalidInputError("the merge source shares no column with the target")
+        extra = sorted(set(source_names) - {n.lower() for n in self.target_schema.names})
+        if extra:
+            raise InvalidInputError(f"merge source columns not in the target: {extra}")
+        return out
+
+    def when_matched_update(self, condition: str | None = None, set: Mapping[str, str] | None = None) -> MergeBuilder:
+        if not set:
+            raise InvalidInputError("when_matched_update needs a non-empty set mapping")
+        self.matched.append(_Clause("update", self._cond(condition), self._assign(set), condition))
+        return self
+
+    def when_matched_update_all(self, condition: str | None = None) -> MergeBuilder:
+        self.matched.append(_Clause("update", self._cond(condition), self._all_from_source(), condition))
+        return self
+
+    def when_matched_delete(self, condition: str | None = None) -> MergeBuilder:
+        self.matched.append(_Clause("delete", self._cond(condition), {}, condition))
+        return self
+
+    def when_not_matched_insert(self, condition: str | None = None, values: Mapping[str, str] | None = None) -> MergeBuilder:
+        if not values:
+            raise InvalidInputError("when_not_matched_insert needs a non-empty values mapping")
+        self.not_matched.append(_Clause("insert", self._cond(condition), self._assign(values), condition))
+        return self
+
+    def when_not_matched_insert_all(self, condition: str | None = None) -> MergeBuilder:
+        self.not_matched.append(_Clause("insert", self._cond(condition), self._all_from_source(), condition))
+        return self
+
+    # ------------------------------------------------------------------ execution
+
+    def _resolve(self, col: ex.Column) -> str:
+        return f"{col.qualifier}.{col.name}"
+
+    def _split_on(self) -> tuple[list[tuple[str, str]], list[ex.Expr], list[ex.Expr]]:
+        keys: list[tuple[str, str]] = []
+        target_only: list[ex.Expr] = []
+        residual: list[ex.Expr] = []
+        for conj in ex.conjuncts(self.on):
+            quals = {c.qualifier for c in ex.referenced_columns(conj)}
+            if isinstance(conj, ex.Call) and conj.op == "eq" and all(isinstance(a, ex.Column) for a in conj.args):
+                a, b = conj.args
+                assert isinstance(a, ex.Column) and isinstance(b, ex.Column)
+                if {a.qualifier, b.qualifier} == {self.target_alias, self.source_alias}:
+                    t, s = (a, b) if a.qualifier == self.target_alias else (b, a)
+                    keys.append((t.name, s.name))
+                    continue
+            if quals == {self.target_alias}:
+                target_only.append(conj)
+            else:
+                residual.append(conj)
+        if not keys:
+            raise PredicateError(
+                "MERGE needs at least one equality between a target and a source column in ON",
+                expression=self.on_sql,
+            )
+        return keys, target_only, residual
+
+    def execute(self) -> CommitResult:
+        """Plan the merge, stage its files and commit the transaction."""
+        txn = self.txn
+        if not self.matched and not self.not_matched:
+            raise InvalidInputError("MERGE needs at least one WHEN clause")
+        params = {
+            "predicate": self.on_sql,
+            "matchedPredicates": [{"actionType": c.kind, "predicate": c.sql} for c in self.matched],
+            "notMatchedPredicates": [{"actionType": c.kind, "predicate": c.sql} for c in self.not_matched],
+        }
+        txn.set_operation("MERGE", params)
+        if self.matched:
+            check_append_only(txn, "MERGE with WHEN MATCHED")
+        keys, target_only, residual = self._split_on()
+        target_pred = _unqualify(ex.conjoin(target_only)) if target_only else None
+        try:
+            files = txn.scan(target_pred)
+            result = self._plan(files, keys, target_pred, residual)
+        except BaseException:
+            txn.abort()
+            raise
+        txn.add_metrics(**result)
+        return txn.commit()
+
+    def _plan(
+        self, files: list[AddFile], keys: list[tuple[str, str]], target_pred: ex.Expr | None,
+        residual: list[ex.Expr],
+    ) -> dict[str, int]:  # fmt: skip
+        txn = self.txn
+        schema = self.target_schema
+        target = self._read_target(files)
+        if target_pred is not None and target.num_rows:
+            eligible = target.filter(ex.evaluate_mask(target_pred, target))
+        else:
+            eligible = target
+        source = self.source.append_column(_SRC, pa.array(np.arange(self.source.num_rows, dtype=np.int64)))
+        pairs = _join(eligible, source, keys)
+        joined = _gather(target, source, pairs, self.target_alias, self.source_alias)
+        if residual and joined.num_rows:
+            keep = ex.evaluate_mask(ex.conjoin(residual), joined, self._resolve)
+            joined = joined.filter(keep)
+        matched_sources = set(joined.column(f"{self.source_alias}.{_SRC}").to_pylist())
+        updates, deletes = self._apply_matched(joined)
+        inserted = self._insert(source, matched_sources)
+        touched_ids = set(updates.column(f"{self.target_alias}.{_FILE}").to_pylist()) if updates.num_rows else set()
+        touched_ids |= set(deletes.keys())
+        touched = [files[i] for i in sorted(touched_ids)]
+        rewritten = self._rewrite(target, touched_ids, updates, deletes)
+        txn.remove_files(touched)
+        out_parts = [t for t in (rewritten, inserted) if t is not None and t.num_rows]
+        if out_parts:
+            write_rows(txn, conform(pa.concat_tables(out_parts), schema, context="merge"))
+        return {
+            "numTargetFilesRemoved": len(touched),
+            "numTargetRowsUpdated": updates.num_rows,
+            "numTargetRowsDeleted": sum(len(v) for v in deletes.values()),
+            "numTargetRowsInserted": inserted.num_rows if inserted is not None else 0,
+            "numSourceRows": self.source.num_rows,
+        }
+
+    def _read_target(self, files: list[AddFile]) -> pa.Table:
+        txn = self.txn
+        parts = []
+        for i, f in enumerate(files):
+            rows = read_data_files(
+                txn.table.log.fs, txn.table.log.root, [f], self.target_schema, txn.metadata.partition_columns
+            )
+            rows = rows.append_column(_FILE, pa.array(np.full(rows.num_rows, i, dtype=np.int64)))
+            rows = rows.append_column(_ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+            parts.append(rows)
+        if not parts:
+            empty = self.target_schema.append(pa.field(_FILE, pa.int64())).append(pa.field(_ROW, pa.int64()))
+            return empty.empty_table()
+        return pa.concat_tables(parts)
+
+    def _apply_matched(self, joined: pa.Table) -> tuple[pa.Table, dict[int, set[int]]]:
+        """(updated target rows with file/row ids, {file id: deleted row ids})."""
+        t = self.target_alias
+        deletes: dict[int, set[int]] = {}
+        empty_updates = pa.table({f"{t}.{_FILE}": pa.array([], pa.int64())})
+        if not self.matched or joined.num_rows == 0:
+            return empty_updates, deletes
+        ids = pc.add(pc.multiply(joined[f"{t}.{_FILE}"], 1 << 32), joined[f"{t}.{_ROW}"])
+        counts = pc.value_counts(ids)
+        if joined.num_rows and pc.max(counts.field("counts")).as_py() > 1:
+            unconditional_delete_only = len(self.matched) == 1 and self.matched[0].kind == "delete" and (
+                self.matched[0].condition is None
+            )
+            if not unconditional_delete_only:
+                dup = int(pc.sum(pc.greater(counts.field("counts"), 1)).as_py())
+                raise MergeCardinalityError(
+                    f"MERGE matched {dup} target rows with more than one source row; a target row "
+                    "can be updated or deleted by at most one source row",
+                    rows=dup,
+                )
+        remaining = pa.array(np.ones(joined.num_rows, dtype=bool))
+        updated: list[pa.Table] = []
+        for clause in self.matched:
+            cond = ex.evaluate_mask(clause.condition, joined, self._resolve) if clause.condition else None
+            hit = pc.and_(remaining, cond) if cond is not None else remaining
+            remaining = pc.and_(remaining, pc.invert(hit))
+            rows = joined.filter(hit)
+            if rows.num_rows == 0:
+                continue
+            if clause.kind == "delete":
+                for fid, rid in zip(rows[f"{t}.{_FILE}"].to_pylist(), rows[f"{t}.{_ROW}"].to_pylist(), strict=True):
+                    deletes.setdefault(fid, set()).add(rid)
+            else:
+                target_cols = pa.table({n: rows[f"{t}.{n}"] for n in self.target_schema.names})
+                new = apply_assignments(
+                    target_cols, None, clause.assignments, self.target_schema, source=rows, resolve=self._resolve
+                )
+                new = new.append_column(f"{t}.{_FILE}", rows[f"{t}.{_FILE}"])
+                new = new.append_column(f"{t}.{_ROW}", rows[f"{t}.{_ROW}"])
+                updated.append(new)
+        return (pa.concat_tables(updated) if updated else empty_updates), deletes
+
+    def _insert(self, source: pa.Table, matched: set[int]) -> pa.Table | None:
+        if not self.not_matched:
+            return None
+        src_ids = source[_SRC]
+        unmatched_mask = pc.invert(pc.is_in(src_ids, pa.array(sorted(matched), pa.int64())))
+        rows = source.filter(unmatched_mask)
+        s = self.source_alias
+        env = pa.table({f"{s}.{n}": rows[n] for n in self.source.schema.names}) if rows.num_rows else None
+        if env is None:
+            return None
+        remaining = pa.array(np.ones(rows.num_rows, dtype=bool))
+        out: list[pa.Table] = []
+        for clause in self.not_matched:
+            cond = ex.evaluate_mask(clause.condition, env, self._resolve) if clause.condition else None
+            hit = pc.and_(remaining, cond) if cond is not None else remaining
+            remaining = pc.and_(remaining, pc.invert(hit))
+            chosen = env.filter(hit)
+            if chosen.num_rows == 0:
+                continue
+            cols: dict[str, Any] = {}
+            for field in self.target_schema:
+                expr = clause.assignments.get(field.name)
+                if expr is None:
+                    cols[field.name] = pa.nulls(chosen.num_rows, field.type)
+                else:
+                    try:
+                        cols[field.name] = pc.cast(ex.evaluate(expr, chosen, self._resolve), field.type)
+                    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                        raise InvalidInputError(f"cannot insert into column {field.name!r}: {exc}") from exc
+            out.append(pa.table(cols))
+        return pa.concat_tables(out) if out else None
+
+    def _rewrite(
+        self, target: pa.Table, touched: set[int], updates: pa.Table, deletes: dict[int, set[int]]
+    ) -> pa.Table | None:
+        if not touched:
+            return None
+        t = self.target_alias
+        names = self.target_schema.names
+        in_touched = pc.is_in(target[_FILE], pa.array(sorted(touched), pa.int64()))
+        rows = target.filter(in_touched)
+        ids = pc.add(pc.multiply(rows[_FILE], 1 << 32), rows[_ROW])
+        drop: set[int] = {(fid << 32) + rid for fid, rids in deletes.items() for rid in rids}
+        if updates.num_rows:
+            upd_ids = pc.add(pc.multiply(updates[f"{t}.{_FILE}"], 1 << 32), updates[f"{t}.{_ROW}"])
+            drop |= set(upd_ids.to_pylist())
+        keep = pc.invert(pc.is_in(ids, pa.array(sorted(drop), pa.int64())))
+        unchanged = rows.filter(keep).select(names)
+        parts = [unchanged]
+        if updates.num_rows:
+            parts.append(updates.select(names))
+        return pa.concat_tables(parts)
+
+
+def _unqualify(expr: ex.Expr) -> ex.Expr:
+    """A target-only expression with its ``t.`` qualifiers dropped (for scans on the target)."""
+    if isinstance(expr, ex.Column):
+        return ex.Column(expr.name)
+    if isinstance(expr, ex.Call):
+        return ex.Call(expr.op, tuple(_unqualify(a) for a in expr.args))
+    return expr
+
+
+def _join(target: pa.Table, source: pa.Table, keys: list[tuple[str, str]]) -> pa.Table:
+    """(target file, target row, source row) triples where all key pairs are equal and non-null."""
+    tk = [k for k, _ in keys]
+    sk = [k for _, k in keys]
+    left = target.select([*tk, _FILE, _ROW]).rename_columns([f"k{i}" for i in range(len(tk))] + [_FILE, _ROW])
+    right = source.select([*sk, _SRC]).rename_columns([f"k{i}" for i in range(len(sk))] + [_SRC])
+    for i in range(len(keys)):
+        left = left.filter(pc.is_valid(left[f"k{i}"]))
+        right = right.filter(pc.is_valid(right[f"k{i}"]))
+        lt, rt = left.schema.field(f"k{i}").type, right.schema.field(f"k{i}").type
+        if lt != rt:
+            try:
+                right = right.set_column(i, f"k{i}", pc.cast(right[f"k{i}"], lt))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise InvalidInputError(f"merge key types differ: target {lt} vs source {rt}") from exc
+    key_names = [f"k{i}" for i in range(len(keys))]
+    return left.join(right, keys=key_names, join_type="inner").select([_FILE, _ROW, _SRC])
+
+
+def _gather(target: pa.Table, source: pa.Table, pairs: pa.Table, t: str, s: str) -> pa.Table:
+    """Full target and source rows for each matched pair, columns named ``alias.column``."""
+    # Row positions in ``target``: files are concatenated in order, so offsets per file id.
+    file_ids = target[_FILE].to_numpy()
+    starts = np.searchsorted(file_ids, np.arange(int(file_ids.max()) + 1 if len(file_ids) else 0))
+    if pairs.num_rows:
+        pos = starts[pairs[_FILE].to_numpy()] + pairs[_ROW].to_numpy()
+        src_pos = pairs[_SRC].to_numpy()
+    else:
+        pos = np.array([], dtype=np.int64)
+        src_pos = np.array([], dtype=np.int64)
+    trows = target.take(pa.array(pos, pa.int64()))
+    srows = source.take(pa.array(src_pos, pa.int64()))
+    cols = {f"{t}.{n}": trows[n] for n in trows.schema.names}
+    cols.update({f"{s}.{n}": srows[n] for n in srows.schema.names})
+    return pa.table(cols)

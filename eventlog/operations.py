@@ -1,0 +1,440 @@
+"""Write operations planned inside a transaction: what each reads, removes and adds.
+
+Every function here runs *before* commit: it validates its input (raising a typed error
+before any file is written), records its reads on the transaction (``txn.scan``), writes
+new data files and stages the add/remove actions. Nothing is visible until
+``txn.commit()``; on any error the transaction deletes the files it wrote.
+
+Read sets follow Delta Spark, since they decide conflicts:
+
+* append: reads nothing (a blind append);
+* overwrite: reads the whole table (TRUE predicate) or the ``replace_where`` predicate;
+* delete / update: the predicate (partition part for appends, pruned files for removes);
+* optimize: the partition filter; its actions have ``dataChange = false``;
+* property and schema changes: a metadata action, which conflicts with every concurrent write.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from eventlog import expressions as ex
+from eventlog.actions import AddFile, Protocol
+from eventlog.datafiles import DEFAULT_TARGET_FILE_SIZE, read_data_files, write_data_files
+from eventlog.errors import (
+    AppendOnlyViolationError,
+    InvalidInputError,
+    InvalidTablePropertyError,
+    UnknownColumnError,
+)
+from eventlog.isolation import ISOLATION_LEVEL_KEY, IsolationLevel
+from eventlog.protocol import features_of
+from eventlog.schema import canonical_schema, conform, merge_schema, needs_timestamp_ntz, to_spark_schema_json
+
+if TYPE_CHECKING:
+    from eventlog.transaction import Transaction
+
+APPEND_ONLY_KEY = "delta.appendOnly"
+TARGET_FILE_SIZE_KEY = "delta.targetFileSize"
+_BOOL_PROPERTIES = (APPEND_ONLY_KEY,)
+_INT_PROPERTIES = ("delta.checkpointInterval", TARGET_FILE_SIZE_KEY, "delta.dataSkippingNumIndexedCols")
+_FREE_PROPERTIES = ("delta.logRetentionDuration", "delta.deletedFileRetentionDuration")
+# Features whose write rules are not implemented (yet): enabling them is refused rather
+# than silently producing tables other Delta writers would consider broken.
+_UNSUPPORTED_TRUE = ("delta.enableDeletionVectors", "delta.enableChangeDataFeed", "delta.enableRowTracking")
+
+
+# --------------------------------------------------------------------------- properties
+
+
+def validate_properties(properties: Mapping[str, str]) -> None:
+    """Reject invalid values of the ``delta.*`` properties this library interprets."""
+    for key, value in properties.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidInputError(f"table properties must be strings, got {key!r}: {value!r}")
+        if key == ISOLATION_LEVEL_KEY:
+            IsolationLevel.parse(value)
+        elif key in _BOOL_PROPERTIES:
+            if value not in ("true", "false"):
+                raise InvalidTablePropertyError(key, value, ["true", "false"])
+        elif key in _INT_PROPERTIES:
+            if not value.isdigit() or int(value) <= 0:
+                raise InvalidTablePropertyError(key, value, ["a positive integer"])
+        elif key in _UNSUPPORTED_TRUE:
+            if value != "false":
+                raise InvalidTablePropertyError(key, value, ["false (not supported yet)"])
+        elif key.startswith("delta.") and key not in _FREE_PROPERTIES:
+            raise InvalidInputError(f"unknown Delta table property {key!r}")
+
+
+def check_append_only(txn: Transaction, operation: str) -> None:
+    if txn.metadata.configuration.get(APPEND_ONLY_KEY) == "true":
+        raise AppendOnlyViolationError(
+            f"{operation} is not allowed: table {txn.table.uri} has {APPEND_ONLY_KEY} = true"
+        )
+
+
+def set_properties(txn: Transaction, properties: Mapping[str, str]) -> None:
+    validate_properties(properties)
+    txn.set_operation("SET TBLPROPERTIES", {"properties": dict(properties)}, changes_data=False)
+    config = {**txn.metadata.configuration, **properties}
+    txn.update_metadata(dataclasses.replace(txn.metadata, configuration=config))
+
+
+def unset_properties(txn: Transaction, keys: Sequence[str]) -> None:
+    missing = [k for k in keys if k not in txn.metadata.configuration]
+    if missing:
+        raise InvalidInputError(f"cannot unset table properties that are not set: {missing}")
+    txn.set_operation("UNSET TBLPROPERTIES", {"properties": list(keys), "ifExists": "false"}, changes_data=False)
+    config = {k: v for k, v in txn.metadata.configuration.items() if k not in set(keys)}
+    txn.update_metadata(dataclasses.replace(txn.metadata, configuration=config))
+
+
+def add_columns(txn: Transaction, fields: Sequence[pa.Field]) -> None:
+    schema = txn.schema
+    existing = {n.lower() for n in schema.names}
+    new_fields = []
+    for f in fields:
+        if not isinstance(f, pa.Field):
+            raise InvalidInputError(f"add_columns takes pyarrow fields, got {f!r}")
+        if f.name.lower() in existing:
+            raise InvalidInputError(f"column {f.name!r} already exists")
+        if not f.nullable:
+            raise InvalidInputError(f"added column {f.name!r} must be nullable (existing rows hold null)")
+        existing.add(f.name.lower())
+        new_fields.append(f)
+    if not new_fields:
+        raise InvalidInputError("add_columns needs at least one field")
+    new_schema = canonical_schema(pa.schema([*schema, *new_fields]))
+    txn.set_operation(
+        "ADD COLUMNS", {"columns": [{"column": {"name": f.name, "type": str(f.type)}} for f in new_fields]},
+        changes_data=False,
+    )  # fmt: skip
+    _change_schema(txn, new_schema)
+
+
+def _change_schema(txn: Transaction, new_schema: pa.Schema) -> None:
+    txn.update_metadata(dataclasses.replace(txn.metadata, schema_string=to_spark_schema_json(new_schema)))
+    if needs_timestamp_ntz(new_schema) and "timestampNtz" not in features_of(_read_protocol(txn)):
+        old = _read_protocol(txn)
+        txn.update_protocol(
+            Protocol(
+                3,
+                7,
+                reader_features=tuple(sorted({*(old.reader_features or ()), "timestampNtz"})),
+                writer_features=tuple(sorted({*features_of(old), "timestampNtz"})),
+            )
+        )
+
+
+def _read_protocol(txn: Transaction) -> Protocol:
+    assert txn.snapshot is not None
+    return txn.snapshot.protocol
+
+
+# --------------------------------------------------------------------------- data writes
+
+
+def to_arrow_table(data: Any) -> pa.Table:
+    """Accept a pyarrow Table / RecordBatch / RecordBatchReader or a pandas DataFrame."""
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if isinstance(data, pa.RecordBatchReader):
+        return data.read_all()
+    if type(data).__name__ == "DataFrame" and hasattr(data, "to_records"):
+        return pa.Table.from_pandas(data, preserve_index=False)
+    raise InvalidInputError(f"expected a pyarrow Table or RecordBatch, got {type(data).__name__}")
+
+
+def _target_size(txn: Transaction) -> int:
+    return int(txn.metadata.configuration.get(TARGET_FILE_SIZE_KEY, DEFAULT_TARGET_FILE_SIZE))
+
+
+def write_rows(txn: Transaction, data: pa.Table, *, data_change: bool = True) -> list[AddFile]:
+    """Write conformed rows as new data files and stage their adds."""
+    if data.num_rows == 0:
+        return []
+    adds = write_data_files(
+        txn.table.log.fs,
+        txn.table.log.root,
+        data,
+        partition_columns=txn.metadata.partition_columns,
+        data_change=data_change,
+        target_file_size=_target_size(txn),
+    )
+    txn.add_files(adds)
+    return adds
+
+
+def _prepare_data(txn: Transaction, data: Any, schema_mode: str | None, context: str) -> pa.Table:
+    table = to_arrow_table(data)
+    if schema_mode not in (None, "merge"):
+        raise InvalidInputError(f"schema_mode must be None or 'merge', got {schema_mode!r}")
+    schema = txn.schema
+    if schema_mode == "merge":
+        merged = merge_schema(schema, canonical_schema(table.schema))
+        if not merged.equals(schema):
+            _change_schema(txn, merged)
+            schema = merged
+    return conform(table, schema, context=context)
+
+
+def append(txn: Transaction, data: Any, *, schema_mode: str | None = None) -> None:
+    """Blind append: reads nothing, so it cannot conflict with concurrent data changes."""
+    parts = list(txn.metadata.partition_columns)
+    txn.set_operation("WRITE", {"mode": "Append", "partitionBy": parts})
+    table = _prepare_data(txn, data, schema_mode, "append")
+    adds = write_rows(txn, table)
+    txn.add_metrics(numFiles=len(adds), numOutputRows=table.num_rows, numOutputBytes=sum(a.size for a in adds))
+
+
+def overwrite(
+    txn: Transaction, data: Any, *, replace_where: str | None = None, schema_mode: str | None = None
+) -> None:
+    """Replace the table's rows (or the rows matching ``replace_where``) with ``data``."""
+    params: dict[str, Any] = {"mode": "Overwrite", "partitionBy": list(txn.metadata.partition_columns)}
+    if replace_where is not None:
+        params["predicate"] = [replace_where]
+    txn.set_operation("WRITE", params)
+    check_append_only(txn, "overwrite")
+    table = _prepare_data(txn, data, schema_mode, "overwrite")
+    pred = txn.parse_predicate(replace_where, "replace_where") if replace_where is not None else None
+    if pred is not None:
+        ok = ex.evaluate_mask(pred, table)
+        if pc.sum(ok).as_py() != table.num_rows and table.num_rows:
+            raise InvalidInputError(
+                f"Data written out does not match replaceWhere '{replace_where}': "
+                f"{table.num_rows - (pc.sum(ok).as_py() or 0)} rows fall outside it"
+            )
+    files = txn.scan(pred)
+    removed, deleted_rows, copied = _remove_rows(txn, files, pred)
+    adds = write_rows(txn, table)
+    txn.add_metrics(
+        numFiles=len(adds), numOutputRows=table.num_rows, numRemovedFiles=removed,
+        numDeletedRows=deleted_rows, numCopiedRows=copied,
+    )  # fmt: skip
+
+
+def delete(txn: Transaction, predicate: str | None) -> None:
+    txn.set_operation("DELETE", {"predicate": [predicate] if predicate else []})
+    check_append_only(txn, "DELETE")
+    pred = txn.parse_predicate(predicate) if predicate is not None else None
+    files = txn.scan(pred)
+    removed, deleted, copied = _remove_rows(txn, files, pred)
+    txn.add_metrics(numRemovedFiles=removed, numDeletedRows=deleted, numCopiedRows=copied)
+
+
+def _read(txn: Transaction, files: Sequence[AddFile]) -> pa.Table:
+    return read_data_files(
+        txn.table.log.fs, txn.table.log.root, files, txn.schema, txn.metadata.partition_columns
+    )
+
+
+def _remove_rows(txn: Transaction, files: Sequence[AddFile], pred: ex.Expr | None) -> tuple[int, int, int]:
+    """Remove the rows matching ``pred`` from ``files``: whole files when every row
+    matches (always, for a partition-only predicate), else rewrite the survivors.
+    Returns (files removed, rows deleted, rows copied)."""
+    parts = set(txn.metadata.partition_columns)
+    if pred is None or {c.name for c in ex.referenced_columns(pred)} <= parts:
+        txn.remove_files(files)
+        return len(files), sum(f.num_records or 0 for f in files), 0
+    touched: list[AddFile] = []
+    survivors: list[pa.Table] = []
+    deleted = 0
+    for f in files:
+        rows = _read(txn, [f])
+        mask = ex.evaluate_mask(pred, rows)
+        hits = pc.sum(mask).as_py() or 0
+        if hits == 0:
+            continue
+        touched.append(f)
+        deleted += hits
+        if hits < rows.num_rows:
+            survivors.append(rows.filter(pc.invert(mask)))
+    txn.remove_files(touched)
+    kept = pa.concat_tables(survivors) if survivors else None
+    if kept is not None:
+        write_rows(txn, kept)
+    return len(touched), deleted, kept.num_rows if kept is not None else 0
+
+
+def parse_assignments(txn: Transaction, assignments: Mapping[str, str], **kw: Any) -> dict[str, ex.Expr]:
+    """SET column = expression pairs, the column names resolved case-insensitively."""
+    schema = txn.schema
+    by_lower = {n.lower(): n for n in schema.names}
+    out: dict[str, ex.Expr] = {}
+    for column, sql in assignments.items():
+        name = by_lower.get(column.lower())
+        if name is None:
+            raise UnknownColumnError(column, list(schema.names), "SET")
+        out[name] = ex.parse_expression(sql, schema, context=f"SET {name}", **kw)
+    return out
+
+
+def apply_assignments(
+    rows: pa.Table, mask: pa.Array | None, assignments: Mapping[str, ex.Expr], schema: pa.Schema,
+    source: pa.Table | None = None, resolve: Any = None,
+) -> pa.Table:  # fmt: skip
+    """Rows with the assignments applied where ``mask`` is true (everywhere when None)."""
+    env = rows if source is None else source
+    out = rows
+    for name, expr in assignments.items():
+        field = schema.field(name)
+        try:
+            value = ex.evaluate(expr, env, resolve)
+            value = pc.cast(value, field.type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise InvalidInputError(f"cannot assign to column {name!r} ({field.type}): {exc}") from exc
+        if mask is not None:
+            value = pc.if_else(mask, value, rows[name])
+        out = out.set_column(out.schema.get_field_index(name), field, value)
+    return out
+
+
+def update(txn: Transaction, predicate: str | None, assignments: Mapping[str, str]) -> None:
+    txn.set_operation("UPDATE", {"predicate": [predicate] if predicate else []})
+    check_append_only(txn, "UPDATE")
+    if not assignments:
+        raise InvalidInputError("UPDATE needs at least one SET assignment")
+    pred = txn.parse_predicate(predicate) if predicate is not None else None
+    exprs = parse_assignments(txn, assignments)
+    files = txn.scan(pred)
+    touched: list[AddFile] = []
+    rewritten: list[pa.Table] = []
+    updated = copied = 0
+    for f in files:
+        rows = _read(txn, [f])
+        mask = ex.evaluate_mask(pred, rows) if pred is not None else None
+        hits = (pc.sum(mask).as_py() or 0) if mask is not None else rows.num_rows
+        if hits == 0:
+            continue
+        touched.append(f)
+        updated += hits
+        copied += rows.num_rows - hits
+        rewritten.append(apply_assignments(rows, mask, exprs, txn.schema))
+    if rewritten:
+        new_rows = conform(pa.concat_tables(rewritten), txn.schema, context="update")
+        txn.remove_files(touched)
+        write_rows(txn, new_rows)
+    txn.add_metrics(numRemovedFiles=len(touched), numUpdatedRows=updated, numCopiedRows=copied)
+
+
+def restore(txn: Transaction, version: int) -> None:
+    """Make the table's live files those of ``version`` again (Delta's RESTORE).
+
+    The adds and removes are computed from the read version, so any concurrent commit
+    fails it with ConcurrentWriteException (Delta Spark commits RESTORE with
+    ``commitLarge``, which tolerates no concurrent commit).
+    """
+    current = txn.snapshot
+    assert current is not None
+    target = txn.table.snapshot(version)
+    txn.set_operation("RESTORE", {"version": version, "timestamp": None})
+    txn.require_no_concurrent_commits()
+    txn.read_whole_table()
+    if target.metadata != current.metadata:
+        txn.update_metadata(dataclasses.replace(target.metadata))
+    to_remove = [f for k, f in current.files.items() if k not in target.files]
+    to_add = [dataclasses.replace(f, data_change=True) for k, f in target.files.items() if k not in current.files]
+    txn.remove_files(to_remove)
+    txn.add_files(to_add, created=False)
+    txn.add_metrics(
+        numRemovedFiles=len(to_remove), numRestoredFiles=len(to_add), tableSizeAfterRestore=sum(
+            f.size for f in target.files.values()
+        ),
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- optimize
+
+
+def optimize(
+    txn: Transaction,
+    *,
+    zorder_by: Sequence[str] | None = None,
+    partition_filter: str | None = None,
+    target_size: int | None = None,
+) -> None:
+    """Compact small files per partition (bin packing), optionally Z-ordered.
+
+    All actions carry ``dataChange = false``, so the commit runs at snapshot isolation:
+    it survives concurrent appends but not a concurrent delete of a file it read.
+    """
+    zorder = list(zorder_by or [])
+    schema = txn.schema
+    parts = txn.metadata.partition_columns
+    for col in zorder:
+        if col not in schema.names:
+            raise UnknownColumnError(col, list(schema.names), "zorder_by")
+        if col in parts:
+            raise InvalidInputError(f"cannot Z-order by partition column {col!r}")
+    txn.set_operation(
+        "OPTIMIZE", {"predicate": [partition_filter] if partition_filter else [], "zOrderBy": zorder},
+        changes_data=False,
+    )  # fmt: skip
+    pred = None
+    if partition_filter is not None:
+        pred = txn.parse_predicate(partition_filter, "partition_filter")
+        outside = [c.name for c in ex.referenced_columns(pred) if c.name not in parts]
+        if outside:
+            raise InvalidInputError(f"OPTIMIZE's filter may only use partition columns, not {outside}")
+    target = target_size or _target_size(txn)
+    files = txn.scan(pred)
+    groups: dict[tuple[tuple[str, str | None], ...], list[AddFile]] = {}
+    for f in files:
+        groups.setdefault(tuple(sorted(f.partition_values.items())), []).append(f)
+    removed = added = 0
+    for group in groups.values():
+        for bin_ in _bins(group, target, rewrite_all=bool(zorder)):
+            rows = _read(txn, bin_)
+            if zorder:
+                rows = rows.take(zorder_permutation(rows, zorder))
+            txn.remove_files(bin_, data_change=False)
+            added += len(write_rows(txn, rows, data_change=False))
+            removed += len(bin_)
+    txn.add_metrics(numRemovedFiles=removed, numAddedFiles=added)
+
+
+def _bins(files: Sequence[AddFile], target: int, *, rewrite_all: bool) -> list[list[AddFile]]:
+    if rewrite_all:
+        return [list(files)] if files else []
+    small = sorted((f for f in files if f.size < target), key=lambda f: f.size)
+    bins: list[list[AddFile]] = []
+    current: list[AddFile] = []
+    size = 0
+    for f in small:
+        if current and size + f.size > target:
+            bins.append(current)
+            current, size = [], 0
+        current.append(f)
+        size += f.size
+    if current:
+        bins.append(current)
+    return [b for b in bins if len(b) > 1]
+
+
+def zorder_permutation(rows: pa.Table, columns: Sequence[str]) -> np.ndarray:
+    """Row order along a Z-order curve: interleave the bits of each column's dense rank."""
+    k = len(columns)
+    bits = max(1, 63 // k)
+    z = np.zeros(rows.num_rows, dtype=np.uint64)
+    for i, col in enumerate(columns):
+        try:
+            rank = pc.rank(rows[col], sort_keys="ascending", tiebreaker="dense")
+        except (pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise InvalidInputError(f"cannot Z-order by column {col!r} of type {rows[col].type}") from exc
+        r = rank.to_numpy().astype(np.uint64) - np.uint64(1)
+        top = int(r.max()) if len(r) else 0
+        shift = max(0, top.bit_length() - bits)
+        r = r >> np.uint64(shift)
+        for b in range(bits):
+            z |= ((r >> np.uint64(b)) & np.uint64(1)) << np.uint64(b * k + i)
+    return np.argsort(z, kind="stable")

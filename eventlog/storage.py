@@ -1,0 +1,208 @@
+"""The table's ``_delta_log`` on any fsspec filesystem.
+
+Commit files are immutable once published, and a published ``<N>.json`` always appears
+with its full content: on local disks it is hard-linked from the fully written staged
+file (``os.link`` is atomic and fails if the target exists, so it is also a
+put-if-absent); on object stores a single PUT is atomic; the in-memory filesystem is
+guarded by a process-wide lock. Staged commits live in ``_delta_log/_staged_commits/``,
+which Delta readers ignore (it is the directory Delta's coordinated commits use for the
+same purpose).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+LOG_DIR = "_delta_log"
+STAGED_DIR = "_staged_commits"
+_MEMORY_LOCK = threading.Lock()
+
+
+def commit_file_name(version: int) -> str:
+    return f"{version:020d}.json"
+
+
+def parse_commit_file_name(name: str) -> int | None:
+    base = name.rsplit("/", 1)[-1]
+    if len(base) == 25 and base.endswith(".json") and base[:20].isdigit():
+        return int(base[:20])
+    return None
+
+
+def normalize_uri(uri: str | os.PathLike[str]) -> tuple[fsspec.AbstractFileSystem, str, str]:
+    """(filesystem, root path in the filesystem's form, canonical URI)."""
+    text = os.fspath(uri)
+    fs, root = fsspec.core.url_to_fs(text)
+    root = root.rstrip("/") or "/"
+    if isinstance(fs, LocalFileSystem):
+        root = os.path.abspath(root)
+        canonical = root
+    else:
+        canonical = fs.unstrip_protocol(root)
+    return fs, root, canonical
+
+
+class LogStore:
+    """Reads and writes the commit files of one table."""
+
+    def __init__(self, uri: str | os.PathLike[str]) -> None:
+        self.fs, self.root, self.uri = normalize_uri(uri)
+        self.is_local = isinstance(self.fs, LocalFileSystem)
+        self.log_dir = f"{self.root}/{LOG_DIR}"
+        self.staged_dir = f"{self.log_dir}/{STAGED_DIR}"
+        self._made_dirs = False
+
+    # ------------------------------------------------------------------ paths
+
+    def commit_path(self, version: int) -> str:
+        return f"{self.log_dir}/{commit_file_name(version)}"
+
+    def staged_path(self, name: str) -> str:
+        return f"{self.staged_dir}/{name}"
+
+    # ------------------------------------------------------------------ reading
+
+    def list_log(self) -> list[str]:
+        """Base names in ``_delta_log`` (empty when it does not exist)."""
+        if self.is_local:
+            try:
+                return os.listdir(self.log_dir)
+            except FileNotFoundError:
+                return []
+        try:
+            return [p.rsplit("/", 1)[-1] for p in self.fs.ls(self.log_dir, detail=False)]
+        except FileNotFoundError:
+            return []
+
+    @staticmethod
+    def commit_versions(names: Sequence[str]) -> list[int]:
+        versions = [v for v in (parse_commit_file_name(n) for n in names) if v is not None]
+        versions.sort()
+        return versions
+
+    def read_commit(self, version: int) -> bytes | None:
+        """The bytes of ``<version>.json``, or None when it is not published."""
+        path = self.commit_path(version)
+        try:
+            if self.is_local:
+                with open(path, "rb") as f:
+                    return f.read()
+            data: bytes = self.fs.cat_file(path)
+            return data
+        except FileNotFoundError:
+            return None
+
+    def commit_exists(self, version: int) -> bool:
+        path = self.commit_path(version)
+        if self.is_local:
+            return os.path.exists(path)
+        return bool(self.fs.exists(path))
+
+    def commit_mtime_ms(self, version: int) -> int | None:
+        path = self.commit_path(version)
+        try:
+            if self.is_local:
+                return int(os.stat(path).st_mtime * 1000)
+            info = self.fs.info(path)
+        except FileNotFoundError:
+            return None
+        mtime = info.get("mtime") or info.get("LastModified") or info.get("created")
+        if mtime is None:
+            return None
+        if hasattr(mtime, "timestamp"):
+            return int(mtime.timestamp() * 1000)
+        return int(float(mtime) * 1000)
+
+    def read_staged(self, name: str) -> bytes | None:
+        try:
+            if self.is_local:
+                with open(self.staged_path(name), "rb") as f:
+                    return f.read()
+            data: bytes = self.fs.cat_file(self.staged_path(name))
+            return data
+        except FileNotFoundError:
+            return None
+
+    # ------------------------------------------------------------------ writing
+
+    def _ensure_dirs(self) -> None:
+        if self._made_dirs:
+            return
+        if self.is_local:
+            os.makedirs(self.staged_dir, exist_ok=True)
+        else:
+            self.fs.makedirs(self.staged_dir, exist_ok=True)
+        self._made_dirs = True
+
+    def stage(self, name: str, data: bytes) -> None:
+        """Write a staged commit in full (before any slot claim references it)."""
+        self._ensure_dirs()
+        path = self.staged_path(name)
+        if self.is_local:
+            # Write then fsync-free rename: a crash mid-write leaves only the temp file,
+            # never a truncated staged commit that recovery could publish.
+            tmp = f"{path}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        else:
+            self.fs.pipe_file(path, data)
+
+    def publish(self, version: int, staged_name: str, data: bytes) -> bool:
+        """Put-if-absent of ``<version>.json`` with ``data``. False if it already existed."""
+        self._ensure_dirs()
+        target = self.commit_path(version)
+        if self.is_local:
+            try:
+                os.link(self.staged_path(staged_name), target)
+                return True
+            except FileExistsError:
+                return False
+            except FileNotFoundError:
+                # The staged file is gone (a recovering process published it and the
+                # owner cleaned up): fall back to an exclusive write of the bytes.
+                return self._exclusive_local_write(target, data)
+        with _MEMORY_LOCK:
+            if self.fs.exists(target):
+                return False
+            self.fs.pipe_file(target, data)
+            return True
+
+    @staticmethod
+    def _exclusive_local_write(target: str, data: bytes) -> bool:
+        tmp = f"{target}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        try:
+            os.link(tmp, target)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+
+    def delete_staged(self, name: str) -> None:
+        path = self.staged_path(name)
+        try:
+            if self.is_local:
+                os.unlink(path)
+            else:
+                self.fs.rm_file(path)
+        except FileNotFoundError:
+            pass
+
+    def write_commit_unguarded(self, version: int, data: bytes) -> bool:
+        """Exclusive write of a commit file without a slot (tests and repair tools only)."""
+        self._ensure_dirs()
+        if self.is_local:
+            return self._exclusive_local_write(self.commit_path(version), data)
+        with _MEMORY_LOCK:
+            if self.fs.exists(self.commit_path(version)):
+                return False
+            self.fs.pipe_file(self.commit_path(version), data)
+            return True

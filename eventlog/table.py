@@ -1,0 +1,587 @@
+"""The table API: create/open, write operations, reads, time travel and history.
+
+A :class:`Table` is a handle: it caches the latest snapshot it has seen and the commits
+it has read, and brings the snapshot up to date before every operation. Many handles (in
+many threads or processes) may write one table at once; version slots come from a
+:class:`lockstore.SlotStore` (by default a local-file store inside the table directory,
+or a process-wide in-memory store for ``memory://`` tables).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from eventlog import expressions as ex
+from eventlog.actions import ActionDecodeError, Metadata, decode_commit
+from eventlog.checkpoint import CheckpointState, find_latest_checkpoint, read_checkpoint, write_checkpoint
+from eventlog.datafiles import read_data_files
+from eventlog.errors import (
+    CorruptLogError,
+    InvalidInputError,
+    TableAlreadyExistsError,
+    TableNotFoundError,
+    UnknownColumnError,
+    VersionNotFoundError,
+)
+from eventlog.merge import MergeBuilder
+from eventlog.operations import validate_properties
+from eventlog.protocol import check_readable, protocol_for
+from eventlog.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from eventlog.pruning import prune_files
+from eventlog.schema import canonical_schema, to_spark_schema_json
+from eventlog.snapshot import Commit, Snapshot
+from eventlog.storage import LogStore
+from eventlog.transaction import CommitResult, Transaction
+from lockstore import InMemorySlotStore, LocalFileSlotStore, SlotStore
+from lockstore.registry import ENV_VAR, open_slot_store
+
+CHECKPOINT_INTERVAL_KEY = "delta.checkpointInterval"
+DEFAULT_CHECKPOINT_INTERVAL = 100
+_COMMIT_CACHE_SIZE = 512
+SlotsSpec = SlotStore | str | None
+
+
+def resolve_slots(spec: SlotsSpec, log: LogStore) -> SlotStore:
+    """The slot store for a table: explicit, ``$EVENTLOG_SLOTS``, or the embedded default."""
+    if isinstance(spec, SlotStore):
+        return spec
+    spec = spec or os.environ.get(ENV_VAR) or None
+    if spec is not None:
+        return open_slot_store(spec)
+    if log.is_local:
+        return LocalFileSlotStore(os.path.join(log.root, "_eventlog", "slots"))
+    if log.fs.protocol in ("memory", ("memory",)) or "memory" in tuple(log.fs.protocol):
+        return InMemorySlotStore.shared()
+    # Any other filesystem: slots on this machine's disk (safe for one machine only).
+    return LocalFileSlotStore(os.path.join(os.path.expanduser("~"), ".cache", "eventlog", "slots"))
+
+
+class Table:
+    """A Delta-compatible table; see the module docstring."""
+
+    def __init__(
+        self,
+        log: LogStore,
+        slots: SlotStore,
+        snapshot: Snapshot | None,
+        *,
+        retry_policy: RetryPolicy | None = None,
+        app_id: str | None = None,
+    ) -> None:
+        self.log = log
+        self.slots = slots
+        self.retry_policy = retry_policy or DEFAULT_RETRY_POLICY
+        self.app_id = app_id
+        self._snapshot = snapshot
+        self._published = snapshot.version if snapshot is not None else -1
+        self._commits: OrderedDict[int, Commit] = OrderedDict()
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def create(
+        cls,
+        uri: str | os.PathLike[str],
+        schema: pa.Schema,
+        partition_by: Sequence[str] | None = None,
+        properties: Mapping[str, str] | None = None,
+        slots: SlotsSpec = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        retry_policy: RetryPolicy | None = None,
+        app_id: str | None = None,
+    ) -> Table:
+        """Create an empty table (version 0). TableAlreadyExistsError if one is there.
+
+        Two concurrent creators: one wins, the other gets ProtocolChangedException with
+        the empty-directory hint (Delta's behaviour).
+        """
+        log = LogStore(uri)
+        store = resolve_slots(slots, log)
+        table = cls(log, store, None, retry_policy=retry_policy, app_id=app_id)
+        latest = table.latest_version()
+        if latest >= 0:
+            raise TableAlreadyExistsError(log.uri, latest)
+        arrow_schema = canonical_schema(schema)
+        parts = list(partition_by or ())
+        for col in parts:
+            if col not in arrow_schema.names:
+                raise ex_unknown(col, arrow_schema, "partition_by")
+            if pa.types.is_nested(arrow_schema.field(col).type):
+                raise InvalidInputError(f"partition column {col!r} has nested type {arrow_schema.field(col).type}")
+        if len(set(parts)) != len(parts):
+            raise InvalidInputError(f"partition_by lists a column twice: {parts}")
+        if parts and len(parts) == len(arrow_schema):
+            raise InvalidInputError("a table cannot be partitioned by all of its columns")
+        props = dict(properties or {})
+        validate_properties(props)
+        metadata = Metadata(
+            id=Metadata.new_id(),
+            schema_string=to_spark_schema_json(arrow_schema),
+            partition_columns=tuple(parts),
+            configuration=props,
+            created_time=int(time.time() * 1000),
+            name=name,
+            description=description,
+        )
+        txn = Transaction(table, None)
+        txn.set_operation(
+            "CREATE TABLE",
+            {"isManaged": "false", "description": description, "partitionBy": parts, "properties": props},
+        )
+        txn.update_protocol(protocol_for(arrow_schema, props))
+        txn.update_metadata(metadata)
+        txn.commit()
+        store.bind(table.key, metadata.id)
+        return table
+
+    @classmethod
+    def open(
+        cls,
+        uri: str | os.PathLike[str],
+        slots: SlotsSpec = None,
+        *,
+        retry_policy: RetryPolicy | None = None,
+        app_id: str | None = None,
+    ) -> Table:
+        """Open an existing table at its latest version. TableNotFoundError if absent."""
+        log = LogStore(uri)
+        store = resolve_slots(slots, log)
+        table = cls(log, store, None, retry_policy=retry_policy, app_id=app_id)
+        table._snapshot = table._load(None)
+        store.bind(table.key, table._snapshot.table_id)
+        return table
+
+    @staticmethod
+    def exists(uri: str | os.PathLike[str]) -> bool:
+        log = LogStore(uri)
+        return bool(LogStore.commit_versions(log.list_log()))
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def uri(self) -> str:
+        return self.log.uri
+
+    @property
+    def key(self) -> str:
+        """The key of this table's version slots in the slot store."""
+        return self.log.uri
+
+    @property
+    def version(self) -> int:
+        """The latest committed version (refreshes the snapshot)."""
+        return self.refresh().version
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.refresh().schema
+
+    @property
+    def partition_columns(self) -> tuple[str, ...]:
+        return self.refresh().partition_columns
+
+    @property
+    def properties(self) -> Mapping[str, str]:
+        return self.refresh().properties
+
+    # ------------------------------------------------------------------ snapshots
+
+    def refresh(self) -> Snapshot:
+        """Bring the cached snapshot up to the latest version and return it."""
+        with self._lock:
+            latest = self.latest_version()
+            snap = self._snapshot
+            if snap is None:
+                snap = self._load(None)
+            elif latest > snap.version:
+                snap = snap.advance(self.commits_between(snap.version + 1, latest))
+            self._snapshot = snap
+            return snap
+
+    def snapshot(
+        self, version: int | None = None, *, timestamp: dt.datetime | str | int | None = None
+    ) -> Snapshot:
+        """The snapshot at ``version`` or as of ``timestamp`` (latest when both are None)."""
+        if version is not None and timestamp is not None:
+            raise InvalidInputError("pass either version or timestamp, not both")
+        current = self.refresh()
+        if timestamp is not None:
+            version = self.version_at(timestamp)
+        if version is None or version == current.version:
+            return current
+        if version < 0 or version > current.version:
+            raise VersionNotFoundError(
+                f"{self.uri}: version {version} does not exist (latest is {current.version})",
+                requested=version,
+                earliest=0,
+                latest=current.version,
+            )
+        return self._load(version)
+
+    def version_at(self, timestamp: dt.datetime | str | int) -> int:
+        """The latest version committed at or before ``timestamp`` (Delta's timestampAsOf)."""
+        ts = _timestamp_ms(timestamp)
+        current = self.refresh()
+        known = dict(current.commit_timestamps)
+        best = -1
+        for version in range(current.version + 1):
+            commit_ts = known.get(version)
+            if commit_ts is None:
+                commit_ts = self._commit_timestamp(version)
+            if commit_ts is None:
+                continue
+            if commit_ts <= ts:
+                best = version
+            else:
+                break
+        if best < 0:
+            raise VersionNotFoundError(
+                f"{self.uri}: no version was committed at or before {timestamp!r}",
+                requested=timestamp,
+                earliest=0,
+                latest=current.version,
+            )
+        return best
+
+    def _commit_timestamp(self, version: int) -> int | None:
+        commit = self._read_commit(version, required=False)
+        if commit is not None and commit.timestamp is not None:
+            return commit.timestamp
+        return self.log.commit_mtime_ms(version)
+
+    def _load(self, version: int | None) -> Snapshot:
+        """Replay the log (from the newest usable checkpoint) up to ``version``/latest."""
+        names = self.log.list_log()
+        listed = LogStore.commit_versions(names)
+        latest = max(listed[-1] if listed else -1, self.latest_version())
+        if latest < 0:
+            raise TableNotFoundError(self.uri)
+        target = latest if version is None else version
+        cp = find_latest_checkpoint(self.log.fs, self.log.log_dir, at_or_before=target, listing=names)
+        if cp is not None:
+            state = read_checkpoint(self.log.fs, self.log.log_dir, cp)
+            base: Snapshot | None = Snapshot.from_state(
+                self.uri, cp, state.protocol, state.metadata, state.adds, state.removes, state.txns, state.domains
+            )
+            start = cp + 1
+        else:
+            base, start = None, 0
+            if listed and listed[0] != 0:
+                raise VersionNotFoundError(
+                    f"{self.uri}: commits before version {listed[0]} were cleaned up and no "
+                    "checkpoint covers them",
+                    requested=target,
+                    earliest=listed[0],
+                    latest=latest,
+                )
+        commits = self._read_range(start, target)
+        snap = Snapshot.from_commits(self.uri, commits) if base is None else base.advance(commits)
+        check_readable(snap.protocol)
+        return snap
+
+    # ------------------------------------------------------------------ log access (engine)
+
+    def latest_version(self) -> int:
+        """Latest version: finishes claimed-but-unpublished slots, then probes the log."""
+        claimed = self.slots.latest(self.key)
+        with self._lock:
+            published = self._published
+        for version in range(published + 1, claimed + 1):
+            if not self.log.commit_exists(version):
+                self._recover(version)
+        latest = max(claimed, published)
+        # Commits written without a slot (another Delta writer, run sequentially).
+        while self.log.commit_exists(latest + 1):
+            latest += 1
+        with self._lock:
+            self._published = max(self._published, latest)
+        return latest
+
+    def _recover(self, version: int) -> None:
+        """Publish a claimed version whose writer has not (yet) done so, from its staged file."""
+        record = self.slots.get(self.key, version)
+        if record is None:
+            raise CorruptLogError(
+                f"{self.uri}: slot store reports version {version} claimed but holds no claim",
+                uri=self.uri,
+                version=version,
+            )
+        data = self.log.read_staged(record.claim.staged)
+        if data is None:
+            if self.log.commit_exists(version):
+                return
+            raise CorruptLogError(
+                f"{self.uri}: version {version} was claimed by txn {record.claim.txn_id} "
+                f"({dict(record.claim.owner)}) but neither {version}.json nor its staged file "
+                f"{record.claim.staged} exists",
+                uri=self.uri,
+                version=version,
+            )
+        self.log.publish(version, record.claim.staged, data)
+        self.slots.mark_complete(self.key, version)
+
+    def publish_claimed(self, version: int, staged_name: str, data: bytes, txn_id: str) -> None:
+        """Make a version this process claimed visible (idempotent with recovery)."""
+        if not self.log.publish(version, staged_name, data):
+            existing = self._read_commit(version, required=True)
+            assert existing is not None
+            info = existing.commit_info
+            if info is None or info.txn_id != txn_id:
+                raise CorruptLogError(
+                    f"{self.uri}: version {version} was claimed by txn {txn_id} but the log holds "
+                    "another commit there; a writer bypassed the slot store",
+                    uri=self.uri,
+                    version=version,
+                )
+        self.slots.mark_complete(self.key, version)
+
+    def note_committed(self, commit: Commit) -> None:
+        """Fold this process's own commit into the cached snapshot; checkpoint if due."""
+        with self._lock:
+            self._cache(commit)
+            self._published = max(self._published, commit.version)
+            snap = self._snapshot
+            if snap is None and commit.version == 0:
+                snap = Snapshot.from_commits(self.uri, [commit])
+            elif snap is not None and snap.version == commit.version - 1:
+                snap = snap.advance([commit])
+            else:
+                return
+            self._snapshot = snap
+        interval = int(snap.properties.get(CHECKPOINT_INTERVAL_KEY, DEFAULT_CHECKPOINT_INTERVAL))
+        if interval > 0 and snap.version > 0 and snap.version % interval == 0:
+            self.checkpoint(snap)
+
+    def checkpoint(self, snapshot: Snapshot | None = None) -> int:
+        """Write a Delta checkpoint of ``snapshot`` (default: latest). Returns its version."""
+        snap = snapshot or self.refresh()
+        state = CheckpointState(
+            version=snap.version,
+            protocol=snap.protocol,
+            metadata=snap.metadata,
+            adds=snap.add_files,
+            removes=tuple(snap.tombstones.values()),
+            txns=tuple(snap.txns.values()),
+            domains=tuple(snap.domains.values()),
+        )
+        write_checkpoint(self.log.fs, self.log.log_dir, state)
+        return snap.version
+
+    def commits_between(self, first: int, last: int) -> list[Commit]:
+        """Commits ``first..last`` (inclusive), read from the log or the cache."""
+        return self._read_range(first, last)
+
+    def _read_range(self, first: int, last: int) -> list[Commit]:
+        out = []
+        for version in range(first, last + 1):
+            commit = self._read_commit(version, required=True)
+            assert commit is not None
+            out.append(commit)
+        return out
+
+    def _read_commit(self, version: int, *, required: bool) -> Commit | None:
+        with self._lock:
+            cached = self._commits.get(version)
+        if cached is not None:
+            return cached
+        data = self.log.read_commit(version)
+        if data is None:
+            if not required:
+                return None
+            raise CorruptLogError(
+                f"{self.uri}: the commit log has a gap: version {version} is missing",
+                uri=self.uri,
+                version=version,
+            )
+        try:
+            commit = Commit(version, tuple(decode_commit(data)))
+        except ActionDecodeError as exc:
+            raise CorruptLogError(
+                f"{self.uri}: corrupt commit {version} ({self.log.commit_path(version)}) {exc}",
+                uri=self.uri,
+                version=version,
+                line=exc.line,
+            ) from exc
+        with self._lock:
+            self._cache(commit)
+        return commit
+
+    def _cache(self, commit: Commit) -> None:
+        self._commits[commit.version] = commit
+        self._commits.move_to_end(commit.version)
+        while len(self._commits) > _COMMIT_CACHE_SIZE:
+            self._commits.popitem(last=False)
+
+    # ------------------------------------------------------------------ operations
+
+    def transaction(self) -> Transaction:
+        """A transaction reading the latest snapshot; run one operation, then ``commit()``."""
+        return Transaction(self, self.refresh())
+
+    def append(
+        self,
+        data: pa.Table | pa.RecordBatch,
+        *,
+        schema_mode: str | None = None,
+        txn_app_id: str | None = None,
+        txn_version: int | None = None,
+        user_metadata: str | None = None,
+    ) -> CommitResult:
+        """Blind append (no reads: cannot conflict with other writers' data changes)."""
+        txn = self.transaction()
+        txn.user_metadata = user_metadata
+        if not txn.idempotent(txn_app_id, txn_version):
+            return txn.commit()
+        txn.append(data, schema_mode=schema_mode)
+        return txn.commit()
+
+    def overwrite(
+        self,
+        data: pa.Table | pa.RecordBatch,
+        *,
+        replace_where: str | None = None,
+        schema_mode: str | None = None,
+        txn_app_id: str | None = None,
+        txn_version: int | None = None,
+        user_metadata: str | None = None,
+    ) -> CommitResult:
+        txn = self.transaction()
+        txn.user_metadata = user_metadata
+        if not txn.idempotent(txn_app_id, txn_version):
+            return txn.commit()
+        txn.overwrite(data, replace_where=replace_where, schema_mode=schema_mode)
+        return txn.commit()
+
+    def delete(self, predicate: str | None = None) -> CommitResult:
+        txn = self.transaction()
+        txn.delete(predicate)
+        return txn.commit()
+
+    def update(self, predicate: str | None = None, set: Mapping[str, str] | None = None) -> CommitResult:
+        txn = self.transaction()
+        txn.update(predicate, set)
+        return txn.commit()
+
+    def merge(
+        self, source: pa.Table, on: str, *, source_alias: str = "source", target_alias: str = "target"
+    ) -> MergeBuilder:
+        """Start a MERGE; add clauses, then ``execute()`` (one transaction)."""
+        return MergeBuilder(self.transaction(), source, on, source_alias=source_alias, target_alias=target_alias)
+
+    def optimize(
+        self,
+        zorder_by: Sequence[str] | None = None,
+        *,
+        partition_filter: str | None = None,
+        target_size: int | None = None,
+    ) -> CommitResult:
+        """Bin-packing compaction (``dataChange=false``), optionally Z-ordered."""
+        txn = self.transaction()
+        txn.optimize(zorder_by=zorder_by, partition_filter=partition_filter, target_size=target_size)
+        return txn.commit()
+
+    def restore(self, version: int) -> CommitResult:
+        """Make version ``version``'s files live again (Delta's RESTORE), as a new version."""
+        txn = self.transaction()
+        txn.restore(version)
+        return txn.commit()
+
+    def set_properties(self, properties: Mapping[str, str]) -> CommitResult:
+        txn = self.transaction()
+        txn.set_properties(properties)
+        return txn.commit()
+
+    def unset_properties(self, keys: Sequence[str]) -> CommitResult:
+        txn = self.transaction()
+        txn.unset_properties(keys)
+        return txn.commit()
+
+    def add_columns(self, fields: Sequence[pa.Field]) -> CommitResult:
+        txn = self.transaction()
+        txn.add_columns(fields)
+        return txn.commit()
+
+    # ------------------------------------------------------------------ reads
+
+    def files(self, version: int | None = None) -> list[str]:
+        """Relative paths of the live data files."""
+        return [a.path for a in self.snapshot(version).add_files]
+
+    def to_arrow(
+        self,
+        filter: str | None = None,
+        columns: Sequence[str] | None = None,
+        version: int | None = None,
+        *,
+        timestamp: dt.datetime | str | int | None = None,
+    ) -> pa.Table:
+        """Read the table (or a past version); ``filter`` is a SQL predicate."""
+        snap = self.snapshot(version, timestamp=timestamp)
+        files = list(snap.add_files)
+        arrow_filter = None
+        if filter is not None:
+            pred = ex.parse_predicate(filter, snap.schema, context="filter")
+            _, files = prune_files(files, pred, snap.schema, snap.partition_columns)
+            arrow_filter = ex.to_arrow(pred)
+        if columns is not None:
+            for col in columns:
+                if col not in snap.schema.names:
+                    raise ex_unknown(col, snap.schema, "columns")
+        return read_data_files(
+            self.log.fs,
+            self.log.root,
+            files,
+            snap.schema,
+            snap.partition_columns,
+            columns=columns,
+            filter=arrow_filter,
+        )
+
+    def history(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """commitInfo of each version, newest first (Delta's DESCRIBE HISTORY)."""
+        latest = self.refresh().version
+        out: list[dict[str, Any]] = []
+        version = latest
+        while version >= 0 and (limit is None or len(out) < limit):
+            commit = self._read_commit(version, required=False)
+            if commit is None:
+                break  # older commits were cleaned up
+            info = commit.commit_info
+            entry: dict[str, Any] = {"version": version}
+            if info is not None:
+                entry.update(info.to_json())
+            out.append(entry)
+            version -= 1
+        return out
+
+    def __repr__(self) -> str:
+        snap = self._snapshot
+        return f"Table({self.uri!r}, version={snap.version if snap else None})"
+
+
+def ex_unknown(column: str, schema: pa.Schema, context: str) -> Exception:
+    return UnknownColumnError(column, list(schema.names), context)
+
+
+def _timestamp_ms(value: dt.datetime | str | int) -> int:
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value)
+        except ValueError as exc:
+            raise InvalidInputError(f"cannot parse timestamp {value!r}: use ISO 8601") from exc
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return int(value.timestamp() * 1000)

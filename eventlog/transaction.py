@@ -1,0 +1,504 @@
+"""Transactions: record what was read, stage new files, validate and publish at commit.
+
+A :class:`Transaction` pins the snapshot it reads (its *read version*). Each operation
+records its reads (partition predicates, files, whole-table reads, app ids read through
+:meth:`Transaction.txn_version`) and stages new data files; :meth:`commit` publishes one
+new version through the commit pipeline::
+
+    prepare actions (commitInfo first, isBlindAppend, effective isolation level)
+      -> stage  _delta_log/_staged_commits/<txnId>.json
+      -> loop:  latest = slots.latest()  (finishing any half-published slot first)
+                conflict-check every commit in (checked, latest]   -- pure, no I/O inside
+                claim slot latest+1 with (txnId, staged name, owner)
+                  granted -> publish <N>.json (put-if-absent), mark slot complete, done
+                  taken   -> back off (exponential, jittered), loop
+      -> on a conflict or an exhausted budget: nothing was claimed, so the staged commit
+         and the data files this transaction wrote are deleted before raising.
+
+The transaction id is stable across attempts. Only one operation per transaction, as in
+Delta; the lower-level primitives (:meth:`scan`, :meth:`add_files`, :meth:`remove_files`,
+:meth:`set_app_transaction`) let adapters (Spark, streaming) build commits of their own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pyarrow as pa
+
+from eventlog import expressions as ex
+from eventlog import operations
+from eventlog.actions import (
+    Action,
+    AddFile,
+    CommitInfo,
+    DomainMetadata,
+    Metadata,
+    Protocol,
+    RemoveFile,
+    SetTransaction,
+    encode_commit,
+)
+from eventlog.conflicts import ReadSet, TransactionSummary, WinningCommit, check_conflicts
+from eventlog.errors import (
+    CommitFailedError,
+    CommitStateUnknownError,
+    DeltaConcurrentModificationException,
+    InvalidInputError,
+    TransactionStateError,
+)
+from eventlog.isolation import IsolationLevel, effective_isolation_level
+from eventlog.datafiles import delete_files
+from eventlog.merge import MergeBuilder
+from eventlog.pruning import prune_files
+from eventlog.schema import from_spark_schema_json
+from eventlog.snapshot import Commit, Snapshot
+from lockstore import SlotClaim, SlotStoreUnavailableError, default_owner
+
+if TYPE_CHECKING:
+    from eventlog.table import Table
+
+log = logging.getLogger("eventlog.commit")
+
+ENGINE_INFO = "eventlog/0.1.0"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CommitResult:
+    """Outcome of a commit: the version, the attempts it took and the operation metrics."""
+
+    version: int
+    attempts: int
+    operation: str
+    metrics: Mapping[str, str]
+    txn_id: str = ""
+    skipped: bool = False  # an idempotent write whose app version was already committed
+
+
+class Transaction:
+    """One atomic change to a table; see the module docstring."""
+
+    def __init__(self, table: Table, snapshot: Snapshot | None) -> None:
+        self.table = table
+        self.snapshot = snapshot
+        self.read_version = snapshot.version if snapshot is not None else -1
+        self.txn_id = str(uuid.uuid4())
+        self._predicates: list[ex.Expr] = []
+        self._read_files: dict[str, Mapping[str, str | None]] = {}
+        self._whole_table = False
+        self._app_ids: set[str] = set()
+        self._adds: list[AddFile] = []
+        self._removes: list[RemoveFile] = []
+        self._created: list[str] = []  # data files this transaction wrote (relative paths)
+        self._metadata: Metadata | None = None
+        self._protocol: Protocol | None = None
+        self._txns: dict[str, SetTransaction] = {}
+        self._domains: dict[str, DomainMetadata] = {}
+        self._operation: str | None = None
+        self._params: dict[str, str] = {}
+        self._metrics: dict[str, str] = {}
+        self._changes_data = True
+        self._skip = False
+        self._fail_on_any_winner = False
+        self.user_metadata: str | None = None
+        self._state = "open"
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def metadata(self) -> Metadata:
+        """The metadata this transaction writes against (its own change, or what it read)."""
+        if self._metadata is not None:
+            return self._metadata
+        if self.snapshot is None:
+            raise TransactionStateError("the table has no metadata yet")
+        return self.snapshot.metadata
+
+    @property
+    def schema(self) -> pa.Schema:
+        if self._metadata is not None:
+            return from_spark_schema_json(self._metadata.schema_string)
+        assert self.snapshot is not None
+        return self.snapshot.schema
+
+    def _require_open(self) -> None:
+        if self._state != "open":
+            raise TransactionStateError(f"transaction {self.txn_id} is already {self._state}")
+
+    def set_operation(
+        self, operation: str, parameters: Mapping[str, Any] | None = None, *, changes_data: bool = True
+    ) -> None:
+        """Name this transaction's single operation (Delta: one operation per commit)."""
+        self._require_open()
+        if self._operation is not None:
+            raise TransactionStateError(
+                f"transaction {self.txn_id} already runs {self._operation}; "
+                "use one transaction per operation"
+            )
+        self._operation = operation
+        self._params = {
+            k: v if isinstance(v, str) else orjson.dumps(v).decode() for k, v in (parameters or {}).items()
+        }
+        self._changes_data = changes_data
+
+    def add_metrics(self, **metrics: int | str) -> None:
+        for k, v in metrics.items():
+            self._metrics[k] = str(v)
+
+    # ------------------------------------------------------------------ reads
+
+    def txn_version(self, app_id: str) -> int:
+        """The latest committed version for ``app_id`` (-1 if none); records the read.
+
+        A concurrent commit that writes this app id then fails this transaction with
+        ConcurrentTransactionException.
+        """
+        self._require_open()
+        self._app_ids.add(app_id)
+        return self.snapshot.txn_version(app_id) if self.snapshot is not None else -1
+
+    def read_whole_table(self) -> None:
+        """Declare a dependency on the whole table (any concurrent add or remove conflicts)."""
+        self._whole_table = True
+        self._predicates.append(ex.TRUE)
+
+    def scan(self, predicate: ex.Expr | str | None = None) -> list[AddFile]:
+        """Live files that may hold rows matching ``predicate``; records the read.
+
+        Files are pruned by partition values, then skipped by min/max statistics. The
+        partition-only part of the predicate (TRUE if none) is what concurrent appends are
+        checked against; the returned files are what concurrent removes are checked
+        against.
+        """
+        self._require_open()
+        if self.snapshot is None:
+            return []
+        pred = self.parse_predicate(predicate) if isinstance(predicate, str) else predicate
+        files: list[AddFile] = list(self.snapshot.add_files)
+        if pred is None:
+            self._predicates.append(ex.TRUE)
+        else:
+            part_pred, files = prune_files(files, pred, self.schema, self.metadata.partition_columns)
+            self._predicates.append(part_pred if part_pred is not None else ex.TRUE)
+        for f in files:
+            self._read_files[f.path] = f.partition_values
+        return files
+
+    def parse_predicate(self, sql: str, context: str = "predicate") -> ex.Expr:
+        return ex.parse_predicate(sql, self.schema, context=context)
+
+    # ------------------------------------------------------------------ writes
+
+    def add_files(self, adds: Iterable[AddFile], *, created: bool = True) -> None:
+        """Stage adds; ``created`` marks files this transaction wrote (deleted on failure)."""
+        self._require_open()
+        for a in adds:
+            self._adds.append(a)
+            if created:
+                self._created.append(a.path)
+
+    def remove_files(self, files: Iterable[AddFile], *, data_change: bool = True) -> None:
+        self._require_open()
+        now = _now_ms()
+        self._removes.extend(f.remove(now, data_change=data_change) for f in files)
+
+    def update_metadata(self, metadata: Metadata) -> None:
+        self._require_open()
+        self._metadata = metadata
+
+    def update_protocol(self, protocol: Protocol) -> None:
+        self._require_open()
+        self._protocol = protocol
+
+    def set_app_transaction(self, app_id: str, version: int) -> None:
+        """Write ``txn(appId, version)`` with this commit (idempotent writes, streaming)."""
+        self._require_open()
+        if version < 0:
+            raise InvalidInputError(f"txn version must be a non-negative integer, got {version}")
+        existing = self._txns.get(app_id)
+        if existing is not None and existing.version != version:
+            raise InvalidInputError(
+                f"Two SetTransaction actions within the same transaction have the same appId "
+                f"{app_id} but different versions {existing.version} and {version}."
+            )
+        self._txns[app_id] = SetTransaction(app_id, version, _now_ms())
+
+    def idempotent(self, app_id: str | None, version: int | None) -> bool:
+        """Delta's ``txnAppId``/``txnVersion``: False (and a no-op commit) if already applied.
+
+        Both must be given, or neither. Reading the stored version registers ``app_id`` as
+        read, so a concurrent writer of the same app id fails this one.
+        """
+        if app_id is None and version is None:
+            return True
+        if app_id is None or version is None:
+            raise InvalidInputError("Both txnVersion and txnAppId must be specified for idempotent writes.")
+        if version < 0:
+            raise InvalidInputError(f"txnVersion must be a non-negative integer, got {version}")
+        if self.txn_version(app_id) >= version:
+            self._skip = True
+            return False
+        self.set_app_transaction(app_id, version)
+        return True
+
+    def set_domain_metadata(self, domain: str, configuration: str, *, removed: bool = False) -> None:
+        self._require_open()
+        self._domains[domain] = DomainMetadata(domain, configuration, removed)
+
+    # ------------------------------------------------------------------ operations
+
+    def append(self, data: pa.Table | pa.RecordBatch, *, schema_mode: str | None = None) -> None:
+        operations.append(self, data, schema_mode=schema_mode)
+
+    def overwrite(
+        self, data: pa.Table | pa.RecordBatch, *, replace_where: str | None = None, schema_mode: str | None = None
+    ) -> None:
+        operations.overwrite(self, data, replace_where=replace_where, schema_mode=schema_mode)
+
+    def delete(self, predicate: str | None = None) -> None:
+        operations.delete(self, predicate)
+
+    def update(self, predicate: str | None = None, set: Mapping[str, str] | None = None) -> None:
+        operations.update(self, predicate, set or {})
+
+    def optimize(
+        self, *, zorder_by: Sequence[str] | None = None, partition_filter: str | None = None,
+        target_size: int | None = None,
+    ) -> None:  # fmt: skip
+        operations.optimize(self, zorder_by=zorder_by, partition_filter=partition_filter, target_size=target_size)
+
+    def restore(self, version: int) -> None:
+        operations.restore(self, version)
+
+    def require_no_concurrent_commits(self) -> None:
+        """Fail the commit with ConcurrentWriteException if any commit wins first."""
+        self._fail_on_any_winner = True
+
+    def set_properties(self, properties: Mapping[str, str]) -> None:
+        operations.set_properties(self, properties)
+
+    def unset_properties(self, keys: Sequence[str]) -> None:
+        operations.unset_properties(self, keys)
+
+    def add_columns(self, fields: Sequence[pa.Field]) -> None:
+        operations.add_columns(self, fields)
+
+    def merge(
+        self, source: pa.Table, on: str, *, source_alias: str = "source", target_alias: str = "target"
+    ) -> MergeBuilder:
+        return MergeBuilder(self, source, on, source_alias=source_alias, target_alias=target_alias)
+
+    # ------------------------------------------------------------------ commit
+
+    def abort(self) -> None:
+        """Give up: delete the data files this transaction wrote. Idempotent."""
+        if self._state == "open":
+            self._state = "aborted"
+        self._cleanup_data_files()
+
+    def _cleanup_data_files(self) -> None:
+        if self._created:
+            delete_files(self.table.log.fs, self.table.log.root, self._created)
+            self._created = []
+
+    def _prepare(self) -> tuple[list[Action], CommitInfo, IsolationLevel]:
+        if self._operation is None:
+            raise TransactionStateError("nothing to commit: no operation was run in this transaction")
+        body: list[Action] = []
+        if self._protocol is not None:
+            body.append(self._protocol)
+        if self._metadata is not None:
+            body.append(self._metadata)
+        body.extend(self._txns.values())
+        body.extend(self._domains.values())
+        body.extend(self._removes)
+        body.extend(self._adds)
+        _reject_duplicate_files(self._adds, self._removes)
+        table_level = IsolationLevel.of_table(self.metadata.configuration)
+        level = effective_isolation_level(table_level, body, changes_data=self._changes_data)
+        depends = bool(self._predicates) or bool(self._read_files) or self._whole_table
+        only_adds = not self._removes
+        info = CommitInfo(
+            timestamp=_now_ms(),
+            operation=self._operation,
+            operation_parameters=self._params,
+            read_version=self.read_version if self.read_version >= 0 else None,
+            isolation_level=level.value,
+            is_blind_append=only_adds and not depends,
+            txn_id=self.txn_id,
+            engine_info=ENGINE_INFO,
+            user_metadata=self.user_metadata,
+            operation_metrics=self._metrics,
+        )
+        return body, info, level
+
+    def summary(self, level: IsolationLevel, is_blind_append: bool) -> TransactionSummary:
+        snap = self.snapshot
+        return TransactionSummary(
+            table=self.table.uri,
+            read_version=self.read_version,
+            read_protocol=snap.protocol if snap is not None else None,
+            read_metadata=snap.metadata if snap is not None else None,
+            partition_schema=snap.partition_schema if snap is not None else pa.schema([]),
+            read_set=ReadSet(
+                partition_predicates=tuple(self._predicates),
+                files=dict(self._read_files),
+                whole_table=self._whole_table,
+                app_ids=frozenset(self._app_ids),
+            ),
+            isolation_level=level,
+            is_blind_append=is_blind_append,
+            metadata=self._metadata,
+            protocol=self._protocol,
+            removes=tuple(self._removes),
+            domains=tuple(self._domains.values()),
+            fail_on_any_winner=self._fail_on_any_winner,
+        )
+
+    def commit(self) -> CommitResult:
+        """Validate against every commit that won since the read version, then publish."""
+        self._require_open()
+        if self._skip:
+            self._state = "committed"
+            self._cleanup_data_files()
+            return CommitResult(self.read_version, 0, self._operation or "", {}, self.txn_id, skipped=True)
+        try:
+            body, info, level = self._prepare()
+        except BaseException:
+            self.abort()
+            raise
+        self._state = "committing"
+        try:
+            result = _CommitLoop(self, body, info, level).run()
+        except CommitStateUnknownError:
+            self._state = "unknown"  # keep every staged file: the commit may have landed
+            raise
+        except BaseException:
+            self._state = "failed"
+            self._cleanup_data_files()
+            raise
+        self._state = "committed"
+        return result
+
+
+class _CommitLoop:
+    """The retry loop of one commit (see the module docstring)."""
+
+    def __init__(self, txn: Transaction, body: list[Action], info: CommitInfo, level: IsolationLevel) -> None:
+        self.txn = txn
+        self.table = txn.table
+        self.body = body
+        self.info = info
+        self.summary = txn.summary(level, bool(info.is_blind_append))
+        self.staged_name = f"{txn.txn_id}.json"
+        self.policy = self.table.retry_policy
+
+    def _bytes(self) -> bytes:
+        return encode_commit([self.info, *self.body])
+
+    def run(self) -> CommitResult:
+        table, policy = self.table, self.policy
+        log_store, slots, key = table.log, table.slots, table.key
+        data = self._bytes()
+        log_store.stage(self.staged_name, data)
+        started = policy.clock()
+        checked = self.txn.read_version
+        attempts = 0
+        last_error: BaseException | None = None
+        owner = default_owner(table.app_id)
+        try:
+            while True:
+                latest = table.latest_version()
+                if latest > checked:
+                    winners = table.commits_between(checked + 1, latest)
+                    for commit in winners:
+                        self.summary = check_conflicts(self.summary, WinningCommit.of(commit))
+                    data = self._rebase_timestamp(winners, data)
+                    checked = latest
+                version = latest + 1
+                attempts += 1
+                try:
+                    granted = slots.claim(key, version, SlotClaim(self.txn.txn_id, self.staged_name, owner))
+                except SlotStoreUnavailableError as exc:
+                    found = self._resolve_unknown(exc, version)
+                    if found is not None:
+                        return self._published(found, attempts, data)
+                    last_error = exc
+                    granted = False
+                if granted:
+                    return self._published(version, attempts, data)
+                log.debug(
+                    "slot taken",
+                    extra={"txn_id": self.txn.txn_id, "version": version, "attempt": attempts},
+                )
+                if policy.exhausted(attempts, started):
+                    raise CommitFailedError(
+                        f"commit of {self.info.operation} to {table.uri} failed after {attempts} "
+                        f"attempts ({(policy.clock() - started) * 1000:.0f} ms): version "
+                        f"{version} was taken every time",
+                        attempts=attempts,
+                        start_version=self.txn.read_version + 1,
+                        last_attempted_version=version,
+                        elapsed_ms=(policy.clock() - started) * 1000,
+                        txn_id=self.txn.txn_id,
+                    ) from last_error
+                policy.sleep(policy.delay(attempts))
+        except (DeltaConcurrentModificationException, CommitFailedError):
+            # Nothing was claimed: the commit provably did not land.
+            log_store.delete_staged(self.staged_name)
+            raise
+
+    def _rebase_timestamp(self, winners: Sequence[Commit], data: bytes) -> bytes:
+        """Keep commit timestamps increasing with versions (what time travel relies on)."""
+        latest_ts = max((c.timestamp or 0 for c in winners), default=0)
+        if latest_ts < self.info.timestamp:
+            return data
+        self.info = dataclasses.replace(self.info, timestamp=latest_ts + 1)
+        data = self._bytes()
+        self.table.log.stage(self.staged_name, data)
+        return data
+
+    def _resolve_unknown(self, exc: SlotStoreUnavailableError, version: int) -> int | None:
+        """After an ambiguous claim, look our txn id up before retrying."""
+        try:
+            return self.table.slots.find_txn(self.table.key, self.txn.txn_id, max(0, version - 1))
+        except SlotStoreUnavailableError as again:
+            raise CommitStateUnknownError(
+                f"the slot store for {self.table.uri} is unreachable; the commit of txn "
+                f"{self.txn.txn_id} may or may not have landed at version {version}",
+                txn_id=self.txn.txn_id,
+                version=version,
+            ) from again
+
+    def _published(self, version: int, attempts: int, data: bytes) -> CommitResult:
+        table = self.table
+        table.publish_claimed(version, self.staged_name, data, self.txn.txn_id)
+        table.log.delete_staged(self.staged_name)
+        commit = Commit(version, (self.info, *self.body))
+        table.note_committed(commit)
+        return CommitResult(
+            version, attempts, self.info.operation, dict(self.info.operation_metrics), self.txn.txn_id
+        )
+
+
+def _reject_duplicate_files(adds: Sequence[AddFile], removes: Sequence[RemoveFile]) -> None:
+    seen: set[tuple[str, str | None]] = set()
+    for a in adds:
+        if a.key in seen:
+            raise InvalidInputError(f"file {a.path} is added twice in one commit")
+        seen.add(a.key)
+    gone: set[tuple[str, str | None]] = set()
+    for r in removes:
+        if r.key in gone or r.key in seen:
+            raise InvalidInputError(f"file {r.path} is added or removed twice in one commit")
+        gone.add(r.key)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,97 @@
+"""In-process :class:`~lockstore.base.SlotStore` for tests and ``memory://`` tables.
+
+Safe across threads of one process (every operation runs under one lock); it shares
+nothing with other processes. It enforces the same rules as the file and ZooKeeper
+adapters, so code tested against it behaves the same against them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from lockstore.base import SlotClaim, SlotNotClaimedError, SlotRecord, SlotStore, TableBindingError
+
+
+@dataclass(slots=True)
+class _Slot:
+    claim: dict[str, Any]  # stored as plain data: callers cannot mutate it through a SlotClaim
+    claimed_at: float
+    complete: bool = False
+
+
+class InMemorySlotStore(SlotStore):
+    """Version slots held in a dict, guarded by one :class:`threading.Lock`.
+
+    Guarantees (within one process): exclusive grant, durable record for the lifetime of
+    the store, monotone ``latest``, idempotent ``mark_complete``, persistent ``bind``.
+    ``close`` is a no-op, so closing one table never drops the slots of others that share
+    the store (notably :meth:`shared`).
+    """
+
+    _shared: ClassVar[InMemorySlotStore | None] = None
+    _shared_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._slots: dict[str, dict[int, _Slot]] = {}
+        self._latest: dict[str, int] = {}
+        self._bindings: dict[str, str] = {}
+
+    @classmethod
+    def shared(cls) -> InMemorySlotStore:
+        """The process-wide store used by default for ``memory://`` tables (always the same object)."""
+        with cls._shared_lock:
+            if cls._shared is None:
+                cls._shared = cls()
+            return cls._shared
+
+    def claim(self, table: str, version: int, claim: SlotClaim) -> bool:
+        """Put-if-absent under the lock: True for exactly one caller per ``(table, version)``."""
+        if version < 0:
+            raise ValueError(f"version must be >= 0, got {version}")
+        # Serialise outside the lock; a copy decouples the store from the caller's owner dict.
+        data = claim.to_dict()
+        with self._lock:
+            slots = self._slots.setdefault(table, {})
+            if version in slots:
+                return False
+            slots[version] = _Slot(data, time.time())
+            # max(): a claim below latest (the store does not forbid gaps) must not lower it.
+            if version > self._latest.get(table, -1):
+                self._latest[table] = version
+            return True
+
+    def latest(self, table: str) -> int:
+        """The highest claimed version of ``table``, or -1."""
+        with self._lock:
+            return self._latest.get(table, -1)
+
+    def get(self, table: str, version: int) -> SlotRecord | None:
+        """The stored claim (a fresh copy) of ``version``, or None if it was never claimed."""
+        with self._lock:
+            slot = self._slots.get(table, {}).get(version)
+            if slot is None:
+                return None
+            data, claimed_at, complete = slot.claim, slot.claimed_at, slot.complete
+        return SlotRecord(version, SlotClaim.from_dict(data), complete, claimed_at)
+
+    def mark_complete(self, table: str, version: int) -> None:
+        """Flag ``version`` as published; idempotent. Raises :class:`SlotNotClaimedError` if unclaimed."""
+        with self._lock:
+            slot = self._slots.get(table, {}).get(version)
+            if slot is None:
+                raise SlotNotClaimedError(table, version)
+            slot.complete = True
+
+    def bind(self, table: str, table_id: str) -> None:
+        """Bind ``table`` to ``table_id`` on first call; raise :class:`TableBindingError` on another id."""
+        with self._lock:
+            bound = self._bindings.setdefault(table, table_id)
+        if bound != table_id:
+            raise TableBindingError(table, bound, table_id)
+
+    def close(self) -> None:
+        """No-op: the slots live as long as the object (the shared store is never emptied)."""

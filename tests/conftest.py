@@ -1,0 +1,60 @@
+"""Shared fixtures: fresh table locations on local disk and on fsspec's memory filesystem."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+
+from eventlog import Table
+
+
+@pytest.fixture
+def local_uri(tmp_path: object) -> str:
+    return str(tmp_path) + "/table"  # type: ignore[operator]
+
+
+@pytest.fixture
+def memory_uri() -> Iterator[str]:
+    uri = f"memory://tests/{uuid.uuid4().hex}"
+    yield uri
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    if fs.exists(uri):
+        fs.rm(uri, recursive=True)
+
+
+@pytest.fixture(params=["local", "memory"])
+def any_uri(request: pytest.FixtureRequest, tmp_path: object) -> str:
+    if request.param == "local":
+        return str(tmp_path) + "/table"  # type: ignore[operator]
+    return f"memory://tests/{uuid.uuid4().hex}"
+
+
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64()),
+        pa.field("date", pa.string()),
+        pa.field("x", pa.int64()),
+        pa.field("y", pa.float64()),
+    ]
+)
+
+
+def rows(ids: list[int], date: str = "2024-01-01", x: int | None = None) -> pa.Table:
+    """Rows with the standard test schema; x defaults to the id."""
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "date": pa.array([date] * len(ids), pa.string()),
+            "x": pa.array([x if x is not None else i for i in ids], pa.int64()),
+            "y": pa.array([float(i) for i in ids], pa.float64()),
+        }
+    )
+
+
+def sorted_ids(table: Table, **kw: object) -> list[int]:
+    return sorted(table.to_arrow(**kw).column("id").to_pylist())  # type: ignore[arg-type]
