@@ -1,9 +1,9 @@
 """Delta-Lake-compatible transactional tables with an event-sourced commit log.
 
-    from eventlog import Table, IsolationLevel
-    t = Table.create("/data/events", schema, partition_by=["date"])
-    t.append(batch)
-    t.delete("date < '2010-01-01'")
+from eventlog import Table, IsolationLevel
+t = Table.create("/data/events", schema, partition_by=["date"])
+t.append(batch)
+t.delete("date < '2010-01-01'")
 """
 
 from eventlog.errors import (

@@ -138,33 +138,39 @@ def _partition_groups(
 ) -> list[tuple[dict[str, str | None], pa.ChunkedArray]]:
     """(encoded partition values, row indices) per distinct partition, rows in input order.
 
-    Hash grouping runs on slices of ``_GROUP_SLICE_ROWS`` rows so its scratch memory stays
-    bounded; only the row indices (4 bytes a row) outlive it.
+    Works on slices of ``_GROUP_SLICE_ROWS`` rows with plain compute kernels (dictionary
+    codes + stable sort) so scratch memory stays small and on the calling thread; only the
+    row indices (4 bytes a row) outlive the slice.
     """
     n = data.num_rows
     id_type = pa.uint32() if n < 2**32 else pa.uint64()
     types = [data.schema.field(c).type for c in pcols]
-    keys = data.select(pcols)
     groups: dict[tuple[str | None, ...], list[pa.Array]] = {}
     for start in range(0, n, _GROUP_SLICE_ROWS):
-        part = keys.slice(start, _GROUP_SLICE_ROWS)
-        # Row ids start..start+len-1 built in C++ (no Python loop, no numpy dependency).
-        ones = pa.nulls(part.num_rows, id_type).fill_null(1)
-        row_ids = (
-            pc.add(pc.cumulative_sum(ones), pa.scalar(start - 1, id_type))
-            if start
-            else pc.subtract(pc.cumulative_sum(ones), pa.scalar(1, id_type))
-        )
-        grouped = part.append_column("__row", row_ids).group_by(pcols, use_threads=False)
-        agg = grouped.aggregate([("__row", "list")])
-        lists = agg.column("__row_list").combine_chunks()
-        for i, key in enumerate(agg.select(pcols).to_pylist()):
+        part = data.select(pcols).slice(start, _GROUP_SLICE_ROWS).combine_chunks()
+        codes: pa.Array | None = None
+        for col in part.columns:
+            enc = pc.dictionary_encode(col.chunk(0), null_encoding="encode")
+            idx = enc.indices.cast(pa.int64())
+            if codes is None:
+                codes = idx
+            else:  # re-densify so the combined code never overflows
+                combined = pc.add(pc.multiply(codes, len(enc.dictionary)), idx)
+                codes = pc.dictionary_encode(combined).indices.cast(pa.int64())
+        assert codes is not None
+        order = pc.sort_indices(codes)  # stable: rows of a group stay in input order
+        runs = pc.run_end_encode(codes.take(order))
+        ends = runs.run_ends.to_pylist()
+        starts = [0, *ends[:-1]]
+        first_rows = order.take(pa.array(starts, pa.int64()))
+        keys = part.take(first_rows).to_pylist()
+        row_ids = pc.add(order.cast(id_type), pa.scalar(start, id_type))
+        for key, lo, hi in zip(keys, starts, ends, strict=True):
             # Keyed by the encoded values: those define the partition (and NaN == NaN there).
-            enc = tuple(encode_partition_value(key[c], t) for c, t in zip(pcols, types, strict=True))
-            groups.setdefault(enc, []).append(lists[i].values)
+            enc_key = tuple(encode_partition_value(key[c], t) for c, t in zip(pcols, types, strict=True))
+            groups.setdefault(enc_key, []).append(row_ids.slice(lo, hi - lo))
     return [
-        (dict(zip(pcols, enc, strict=True)), pa.chunked_array(chunks, id_type))
-        for enc, chunks in groups.items()
+        (dict(zip(pcols, k, strict=True)), pa.chunked_array(chunks, id_type)) for k, chunks in groups.items()
     ]
 
 
@@ -301,8 +307,11 @@ class _StatsAccumulator:
                 continue
             mm = pc.min_max(col)
             lo, hi = mm["min"], mm["max"]
-            if kind in ("date", "ts", "ntz"):
-                lo_v, hi_v = lo.value, hi.value  # raw days / microseconds
+            if kind == "date":
+                lo_v, hi_v = lo.value, hi.value  # days since the epoch
+            elif kind in ("ts", "ntz"):  # microseconds since the epoch, whatever the unit
+                per_us = _UNITS_PER_US[col.type.unit]
+                lo_v, hi_v = _to_micros(lo.value, per_us, False), _to_micros(hi.value, per_us, True)
             else:
                 lo_v, hi_v = lo.as_py(), hi.as_py()
             if kind == "float" and pc.any(pc.is_nan(col)).as_py():
@@ -337,6 +346,17 @@ class _StatsAccumulator:
             "nullCount": null_count,
         }
         return orjson.dumps(doc).decode()
+
+
+_UNITS_PER_US = {"s": 1e-6, "ms": 1e-3, "us": 1, "ns": 1000}
+
+
+def _to_micros(v: int | None, per_us: float, upper: bool) -> int | None:
+    if v is None or per_us == 1:
+        return v
+    if per_us < 1:
+        return v * round(1 / per_us)
+    return -(-v // int(per_us)) if upper else v // int(per_us)
 
 
 def _put(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:

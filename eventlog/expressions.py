@@ -221,6 +221,8 @@ def _common_type(a: pa.DataType | None, b: pa.DataType | None) -> pa.DataType | 
 
 
 def _comparable(a: pa.DataType | None, b: pa.DataType | None) -> bool:
+    if "null" in (_kind(a), _kind(b)):
+        return True
     if "other" in (_kind(a), _kind(b)):
         return a == b and _kind(a) != "other"
     return _common_type(a, b) is not None
@@ -300,14 +302,14 @@ def _coerce_string(text: str, target: pa.DataType, *, exact: bool) -> Literal:
             return Literal(pa.scalar(float(s), target).as_py(), target)
         if kind == "decimal":
             d = Decimal(s)
-            q = _WIDE.quantize(d, Decimal((0, (1,), -target.scale)))
-            if exact and q != d:
-                return Literal(d)
-            if _decimal_type(q).precision - target.scale > target.precision - target.scale:
-                if exact:
+            if not d.is_finite():
+                raise ValueError("not a finite number")
+            q = d.quantize(Decimal((0, (1,), -target.scale)), rounding=ROUND_HALF_UP, context=_WIDE)
+            if exact and q != d or _decimal_type(q).precision > target.precision:
+                if exact:  # keep the literal exact: 1.005 equals no DECIMAL(10,2) value
                     return Literal(d)
                 raise ValueError("out of range")
-            return Literal(q if exact else _WIDE.quantize(d, q, rounding=ROUND_HALF_UP), target)
+            return Literal(q, target)
         if kind == "bool":
             word = s.lower()
             if word in ("t", "true", "y", "yes", "1", "f", "false", "n", "no", "0"):
@@ -325,7 +327,7 @@ def _coerce_string(text: str, target: pa.DataType, *, exact: bool) -> Literal:
             return Literal(text.encode(), target)
     except (ValueError, ArithmeticError, InvalidOperation, pa.ArrowException) as e:
         raise ValueError(f"cannot convert {text!r} to {_type_sql(target)}: {e}") from e
-    raise ValueError(f"cannot convert {text!r} to {target}")
+    raise ValueError(f"cannot convert {text!r} to {_type_sql(target) if kind != 'other' else target}")
 
 
 def _fold_cast(lit: Literal, target: pa.DataType) -> Literal:
@@ -334,6 +336,8 @@ def _fold_cast(lit: Literal, target: pa.DataType) -> Literal:
         return Literal(None, target)
     if isinstance(lit.value, str):
         return _coerce_string(lit.value, target, exact=False)
+    if pa.types.is_decimal(target) and isinstance(lit.value, (int, float, Decimal)) and lit.value is not True:
+        return _coerce_string(str(lit.value), target, exact=False)
     try:
         return Literal(pa.scalar(lit.value, lit.type).cast(target).as_py(), target)
     except pa.ArrowException as e:
@@ -504,10 +508,21 @@ class _Parser:
             self.fail(f"{what} needs a number, got {t} ({n.sql(dialect='spark')})")
         return e, t
 
+    @staticmethod
+    def widen(e: Expr, other: pa.DataType | None) -> Expr:
+        """An integer literal meeting a DECIMAL becomes DECIMAL(digits, 0), as in Spark.
+
+        Arrow cannot cast BIGINT to a DECIMAL(10,2) operand (it needs 21 digits), which
+        would break ``price > 2`` in ``to_arrow`` filters, where column types are unknown.
+        """
+        if isinstance(e, Literal) and _kind(e.type) == "int" and _kind(other) == "decimal":
+            return Literal(Decimal(e.value))
+        return e
+
     def coerce(self, e: Expr, other: pa.DataType | None) -> Expr:
         """A string literal compared with a non-string value takes that value's type."""
         if not (isinstance(e, Literal) and isinstance(e.value, str)):
-            return e
+            return self.widen(e, other)
         if _kind(other) not in ("int", "float", "decimal", "bool", "date", "timestamp", "binary"):
             return e
         assert other is not None
@@ -549,6 +564,7 @@ class _Parser:
 
     def arithmetic(self, op: str, a: exp.Expression, b: exp.Expression) -> _Typed:
         (left, lt), (right, rt) = self.numeric(a, op), self.numeric(b, op)
+        left, right = self.widen(left, rt), self.widen(right, lt)
         t = _common_type(lt, rt)
         if op == "div" and _kind(t) != "decimal":
             t = _F64  # Spark: integer / integer is DOUBLE
@@ -578,7 +594,7 @@ class _Parser:
         t: pa.DataType | None = None
         for _, at in typed:
             common = _common_type(t, at)
-            if common is None:
+            if not _comparable(t, at):
                 self.fail(f"COALESCE mixes {t} and {at}")
             t = _canonical(common) if _kind(common) in ("string", "binary") else common
         return Call("coalesce", tuple(e for e, _ in typed)), t
@@ -849,6 +865,8 @@ def _unify(a: Any, b: Any) -> tuple[Any, Any]:
     t = _common_type(a.type, b.type)
     if t is None:
         raise pa.ArrowTypeError(f"incompatible types {a.type} and {b.type}")
+    if pa.types.is_null(t):
+        t = pa.int64()  # NULL = NULL, NULL + NULL: kernels need a concrete type; all NULL anyway
     return _cast_values(a, t), _cast_values(b, t)
 
 
@@ -861,16 +879,33 @@ def _cast_values(v: Any, t: pa.DataType) -> Any:
         if _kind(v.type) == "string" and pa.types.is_timestamp(t) and t.tz:
             # Arrow wants an offset in the text; Spark reads a naive string as session time (UTC)
             return pc.cast(pc.cast(v, pa.timestamp(t.unit)), t)
+        source, target = _kind(v.type), _kind(t)
+        if source == "int" and target == "decimal":
+            # Arrow rejects int64 -> DECIMAL(5,1) by type; Spark checks the values instead
+            wide = pa.decimal128(38, t.scale) if t.scale <= 18 else pa.decimal256(76, t.scale)
+            return pc.cast(pc.cast(v, wide), t)
+        if source == "float" and target == "int":
+            return pc.cast(pc.trunc(v), t)  # Spark truncates toward zero
+        if source == "decimal" and target == "decimal":  # Spark rounds HALF_UP (away from zero)
+            return pc.cast(pc.round(v, ndigits=t.scale, round_mode="half_towards_infinity"), t)
         raise
 
 
 def _apply(fn: Callable[..., Any], a: Any, b: Any) -> Any:
     """``fn(a, b)`` on arrays/scalars; on a type mismatch cast both to their common type."""
+    decimal = "decimal" in (_kind(a.type), _kind(b.type))
     try:
         return fn(a, b)
-    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        a, b = _unify(a, b)
-        return fn(a, b)
+    except _ARROW_ERRORS:
+        if a.type == b.type and not decimal and not pa.types.is_null(a.type):
+            raise
+    try:  # Arrow's implicit casts miss some pairs (int64 vs DECIMAL(3,2), naive vs UTC time)
+        return fn(*_unify(a, b))
+    except pa.ArrowInvalid:
+        if not decimal:
+            raise
+        # a DECIMAL result beyond 38 digits: compute in DOUBLE (Spark would drop scale digits)
+        return fn(_cast_values(a, _F64), _cast_values(b, _F64))
 
 
 def _any(tests: list[Any]) -> Any:
@@ -928,20 +963,23 @@ class _Lowering:
         if op == "in":
             return self.isin(self.run(e.args[0]), e.args[1:])
         args = [self.run(a) for a in e.args]
+        if op in ("and", "or"):
+            args = [self.boolean(a) for a in args]
         if op in _BINARY:
             return self.binary(_BINARY[op], args[0], args[1])
         if op in _UNARY:
             fn, null_type = _UNARY[op]
-            return fn(self.cast(args[0], null_type) if _kind(self.typeof(args[0])) == "null" else args[0])
+            return fn(self.cast(args[0], null_type) if self.null_typed(args[0]) else args[0])
         if op == "like":
             pattern = e.args[1]
             if not (isinstance(pattern, Literal) and isinstance(pattern.value, str)):
                 raise PredicateError("LIKE needs a string literal pattern", expression=to_sql(e))
-            return pc.match_like(args[0], pattern=pattern.value)
+            value = self.cast(args[0], pa.string()) if self.null_typed(args[0]) else args[0]
+            return pc.match_like(value, pattern=pattern.value)
         if op == "eq_null_safe":
             equal = self.boolean(self.binary(pc.equal, args[0], args[1]))
-            both_null = pc.and_(pc.is_null(args[0]), pc.is_null(args[1]))
-            return pc.or_(pc.coalesce(equal, pa.scalar(False)), both_null)
+            both_null = pc.and_kleene(pc.is_null(args[0]), pc.is_null(args[1]))
+            return pc.or_kleene(pc.coalesce(equal, pa.scalar(False)), both_null)
         if op == "div":
             return self.divide(args[0], args[1])
         if op == "mod":
@@ -950,8 +988,12 @@ class _Lowering:
             return self.coalesce(args)
         raise PredicateError(f"unknown operator {op!r}", expression=repr(e))
 
+    def null_typed(self, v: Any) -> bool:
+        t = self.typeof(v)
+        return t is not None and pa.types.is_null(t)
+
     def boolean(self, v: Any) -> Any:
-        return self.cast(v, _BOOL) if _kind(self.typeof(v)) == "null" else v
+        return self.cast(v, _BOOL) if self.null_typed(v) else v
 
     def null_if_zero(self, v: Any) -> Any:
         # Spark (non-ANSI) gives NULL for x / 0 and x % 0; Arrow would raise or return inf.
@@ -961,10 +1003,7 @@ class _Lowering:
     def divide(self, a: Any, b: Any) -> Any:
         kinds = {_kind(self.typeof(a)), _kind(self.typeof(b))}
         if "decimal" in kinds and kinds <= {"decimal", "int", "null"}:
-            try:
-                return self.binary(pc.divide, a, self.null_if_zero(b))
-            except pa.ArrowInvalid:
-                pass  # result precision above 76 digits: fall back to DOUBLE like Spark does
+            return self.binary(pc.divide, a, self.null_if_zero(b))
         a, b = self.cast(a, _F64), self.cast(b, _F64)
         return pc.divide(a, self.null_if_zero(b))
 
@@ -1010,9 +1049,6 @@ class _ExpressionLowering(_Lowering):
 
     def cast(self, v: Any, t: pa.DataType) -> Any:
         return v.cast(t)
-
-    def boolean(self, v: Any) -> Any:
-        return v
 
     def null_if_zero(self, v: Any) -> Any:
         return pc.if_else(pc.equal(v, pc.scalar(0)), pc.scalar(pa.scalar(None, _F64)), v)

@@ -18,7 +18,7 @@ from eventlog.errors import InvalidTablePropertyError
 ISOLATION_LEVEL_KEY = "delta.isolationLevel"
 
 
-class IsolationLevel(str, enum.Enum):
+class IsolationLevel(enum.StrEnum):
     SERIALIZABLE = "Serializable"
     WRITE_SERIALIZABLE = "WriteSerializable"
     SNAPSHOT_ISOLATION = "SnapshotIsolation"

@@ -28,7 +28,7 @@ from eventlog import expressions as ex
 from eventlog.actions import AddFile
 from eventlog.datafiles import read_data_files
 from eventlog.errors import InvalidInputError, MergeCardinalityError, PredicateError, UnknownColumnError
-from eventlog.operations import check_append_only, write_rows, apply_assignments, to_arrow_table
+from eventlog.operations import apply_assignments, check_append_only, to_arrow_table, write_rows
 from eventlog.schema import conform
 
 if TYPE_CHECKING:
@@ -51,7 +51,13 @@ class MergeBuilder:
     """Delta's merge builder: ``when_matched_*`` / ``when_not_matched_*``, then ``execute()``."""
 
     def __init__(
-        self, txn: Transaction, source: Any, on: str, *, source_alias: str = "source", target_alias: str = "target"
+        self,
+        txn: Transaction,
+        source: Any,
+        on: str,
+        *,
+        source_alias: str = "source",
+        target_alias: str = "target",
     ) -> None:
         if source_alias == target_alias:
             raise InvalidInputError("source_alias and target_alias must differ")
@@ -71,7 +77,9 @@ class MergeBuilder:
     def _cond(self, condition: str | None) -> ex.Expr | None:
         if condition is None:
             return None
-        return ex.parse_predicate(condition, self.target_schema, qualifiers=self.qualifiers, context="merge clause")
+        return ex.parse_predicate(
+            condition, self.target_schema, qualifiers=self.qualifiers, context="merge clause"
+        )
 
     def _assign(self, values: Mapping[str, str]) -> dict[str, ex.Expr]:
         by_lower = {n.lower(): n for n in self.target_schema.names}
@@ -99,7 +107,9 @@ class MergeBuilder:
             raise InvalidInputError(f"merge source columns not in the target: {extra}")
         return out
 
-    def when_matched_update(self, condition: str | None = None, set: Mapping[str, str] | None = None) -> MergeBuilder:
+    def when_matched_update(
+        self, condition: str | None = None, set: Mapping[str, str] | None = None
+    ) -> MergeBuilder:
         if not set:
             raise InvalidInputError("when_matched_update needs a non-empty set mapping")
         self.matched.append(_Clause("update", self._cond(condition), self._assign(set), condition))
@@ -113,7 +123,9 @@ class MergeBuilder:
         self.matched.append(_Clause("delete", self._cond(condition), {}, condition))
         return self
 
-    def when_not_matched_insert(self, condition: str | None = None, values: Mapping[str, str] | None = None) -> MergeBuilder:
+    def when_not_matched_insert(
+        self, condition: str | None = None, values: Mapping[str, str] | None = None
+    ) -> MergeBuilder:
         if not values:
             raise InvalidInputError("when_not_matched_insert needs a non-empty values mapping")
         self.not_matched.append(_Clause("insert", self._cond(condition), self._assign(values), condition))
@@ -134,7 +146,11 @@ class MergeBuilder:
         residual: list[ex.Expr] = []
         for conj in ex.conjuncts(self.on):
             quals = {c.qualifier for c in ex.referenced_columns(conj)}
-            if isinstance(conj, ex.Call) and conj.op == "eq" and all(isinstance(a, ex.Column) for a in conj.args):
+            if (
+                isinstance(conj, ex.Call)
+                and conj.op == "eq"
+                and all(isinstance(a, ex.Column) for a in conj.args)
+            ):
                 a, b = conj.args
                 assert isinstance(a, ex.Column) and isinstance(b, ex.Column)
                 if {a.qualifier, b.qualifier} == {self.target_alias, self.source_alias}:
@@ -196,7 +212,9 @@ class MergeBuilder:
         matched_sources = set(joined.column(f"{self.source_alias}.{_SRC}").to_pylist())
         updates, deletes = self._apply_matched(joined)
         inserted = self._insert(source, matched_sources)
-        touched_ids = set(updates.column(f"{self.target_alias}.{_FILE}").to_pylist()) if updates.num_rows else set()
+        touched_ids = (
+            set(updates.column(f"{self.target_alias}.{_FILE}").to_pylist()) if updates.num_rows else set()
+        )
         touched_ids |= set(deletes.keys())
         touched = [files[i] for i in sorted(touched_ids)]
         rewritten = self._rewrite(target, touched_ids, updates, deletes)
@@ -237,8 +255,10 @@ class MergeBuilder:
         ids = pc.add(pc.multiply(joined[f"{t}.{_FILE}"], 1 << 32), joined[f"{t}.{_ROW}"])
         counts = pc.value_counts(ids)
         if joined.num_rows and pc.max(counts.field("counts")).as_py() > 1:
-            unconditional_delete_only = len(self.matched) == 1 and self.matched[0].kind == "delete" and (
-                self.matched[0].condition is None
+            unconditional_delete_only = (
+                len(self.matched) == 1
+                and self.matched[0].kind == "delete"
+                and (self.matched[0].condition is None)
             )
             if not unconditional_delete_only:
                 dup = int(pc.sum(pc.greater(counts.field("counts"), 1)).as_py())
@@ -257,12 +277,19 @@ class MergeBuilder:
             if rows.num_rows == 0:
                 continue
             if clause.kind == "delete":
-                for fid, rid in zip(rows[f"{t}.{_FILE}"].to_pylist(), rows[f"{t}.{_ROW}"].to_pylist(), strict=True):
+                for fid, rid in zip(
+                    rows[f"{t}.{_FILE}"].to_pylist(), rows[f"{t}.{_ROW}"].to_pylist(), strict=True
+                ):
                     deletes.setdefault(fid, set()).add(rid)
             else:
                 target_cols = pa.table({n: rows[f"{t}.{n}"] for n in self.target_schema.names})
                 new = apply_assignments(
-                    target_cols, None, clause.assignments, self.target_schema, source=rows, resolve=self._resolve
+                    target_cols,
+                    None,
+                    clause.assignments,
+                    self.target_schema,
+                    source=rows,
+                    resolve=self._resolve,
                 )
                 new = new.append_column(f"{t}.{_FILE}", rows[f"{t}.{_FILE}"])
                 new = new.append_column(f"{t}.{_ROW}", rows[f"{t}.{_ROW}"])

@@ -91,7 +91,9 @@ def unset_properties(txn: Transaction, keys: Sequence[str]) -> None:
     missing = [k for k in keys if k not in txn.metadata.configuration]
     if missing:
         raise InvalidInputError(f"cannot unset table properties that are not set: {missing}")
-    txn.set_operation("UNSET TBLPROPERTIES", {"properties": list(keys), "ifExists": "false"}, changes_data=False)
+    txn.set_operation(
+        "UNSET TBLPROPERTIES", {"properties": list(keys), "ifExists": "false"}, changes_data=False
+    )
     config = {k: v for k, v in txn.metadata.configuration.items() if k not in set(keys)}
     txn.update_metadata(dataclasses.replace(txn.metadata, configuration=config))
 
@@ -193,7 +195,9 @@ def append(txn: Transaction, data: Any, *, schema_mode: str | None = None) -> No
     txn.set_operation("WRITE", {"mode": "Append", "partitionBy": parts})
     table = _prepare_data(txn, data, schema_mode, "append")
     adds = write_rows(txn, table)
-    txn.add_metrics(numFiles=len(adds), numOutputRows=table.num_rows, numOutputBytes=sum(a.size for a in adds))
+    txn.add_metrics(
+        numFiles=len(adds), numOutputRows=table.num_rows, numOutputBytes=sum(a.size for a in adds)
+    )
 
 
 def overwrite(
@@ -343,7 +347,9 @@ def restore(txn: Transaction, version: int) -> None:
     if target.metadata != current.metadata:
         txn.update_metadata(dataclasses.replace(target.metadata))
     to_remove = [f for k, f in current.files.items() if k not in target.files]
-    to_add = [dataclasses.replace(f, data_change=True) for k, f in target.files.items() if k not in current.files]
+    to_add = [
+        dataclasses.replace(f, data_change=True) for k, f in target.files.items() if k not in current.files
+    ]
     txn.remove_files(to_remove)
     txn.add_files(to_add, created=False)
     txn.add_metrics(

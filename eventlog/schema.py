@@ -342,7 +342,7 @@ def _type_problems(src: pa.DataType, dst: pa.DataType, path: str) -> list[tuple[
     return [(path, f"{path}: data type {src} cannot be written to table type {dst}")]
 
 
-def conform(data: pa.Table, table_schema: pa.Schema, *, context: str = "append") -> pa.Table:
+def conform(data: pa.Table | pa.RecordBatch, table_schema: pa.Schema, *, context: str = "append") -> pa.Table:
     """Schema enforcement on write: ``data`` cast to exactly ``table_schema``.
 
     Missing nullable columns are filled with nulls; extra columns, missing non-nullable
@@ -350,6 +350,8 @@ def conform(data: pa.Table, table_schema: pa.Schema, *, context: str = "append")
     :class:`SchemaMismatchError` naming every offending column. Columns that already have the
     table type are reused as-is (no copy).
     """
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
     names = data.column_names
     dups = sorted({n for n in names if names.count(n) > 1})
     if dups:

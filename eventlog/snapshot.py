@@ -14,6 +14,7 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+
 import pyarrow as pa
 
 from eventlog.actions import (
@@ -217,8 +218,7 @@ class _FoldState:
         for commit in commits:
             if commit.version != expected:
                 raise CorruptLogError(
-                    f"{uri}: the commit log has a gap: expected version {expected}, "
-                    f"found {commit.version}",
+                    f"{uri}: the commit log has a gap: expected version {expected}, found {commit.version}",
                     uri=uri,
                     version=expected,
                 )

@@ -144,12 +144,11 @@ class LogStore:
         self._ensure_dirs()
         path = self.staged_path(name)
         if self.is_local:
-            # Write then fsync-free rename: a crash mid-write leaves only the temp file,
-            # never a truncated staged commit that recovery could publish.
-            tmp = f"{path}.tmp"
-            with open(tmp, "wb") as f:
+            # Written in place: a staged file is only ever referenced by a slot claim made
+            # after this write returned, so recovery never sees a partial one. (A rewrite
+            # before a later claim is safe too: no claim references it yet.)
+            with open(path, "wb") as f:
                 f.write(data)
-            os.replace(tmp, path)
         else:
             self.fs.pipe_file(path, data)
 

@@ -34,8 +34,8 @@ from eventlog.errors import (
 from eventlog.merge import MergeBuilder
 from eventlog.operations import validate_properties
 from eventlog.protocol import check_readable, protocol_for
-from eventlog.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from eventlog.pruning import prune_files
+from eventlog.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from eventlog.schema import canonical_schema, to_spark_schema_json
 from eventlog.snapshot import Commit, Snapshot
 from eventlog.storage import LogStore
@@ -118,7 +118,9 @@ class Table:
             if col not in arrow_schema.names:
                 raise ex_unknown(col, arrow_schema, "partition_by")
             if pa.types.is_nested(arrow_schema.field(col).type):
-                raise InvalidInputError(f"partition column {col!r} has nested type {arrow_schema.field(col).type}")
+                raise InvalidInputError(
+                    f"partition column {col!r} has nested type {arrow_schema.field(col).type}"
+                )
         if len(set(parts)) != len(parts):
             raise InvalidInputError(f"partition_by lists a column twice: {parts}")
         if parts and len(parts) == len(arrow_schema):
@@ -272,7 +274,14 @@ class Table:
         if cp is not None:
             state = read_checkpoint(self.log.fs, self.log.log_dir, cp)
             base: Snapshot | None = Snapshot.from_state(
-                self.uri, cp, state.protocol, state.metadata, state.adds, state.removes, state.txns, state.domains
+                self.uri,
+                cp,
+                state.protocol,
+                state.metadata,
+                state.adds,
+                state.removes,
+                state.txns,
+                state.domains,
             )
             start = cp + 1
         else:
@@ -477,7 +486,9 @@ class Table:
         self, source: pa.Table, on: str, *, source_alias: str = "source", target_alias: str = "target"
     ) -> MergeBuilder:
         """Start a MERGE; add clauses, then ``execute()`` (one transaction)."""
-        return MergeBuilder(self.transaction(), source, on, source_alias=source_alias, target_alias=target_alias)
+        return MergeBuilder(
+            self.transaction(), source, on, source_alias=source_alias, target_alias=target_alias
+        )
 
     def optimize(
         self,
@@ -583,5 +594,5 @@ def _timestamp_ms(value: dt.datetime | str | int) -> int:
         except ValueError as exc:
             raise InvalidInputError(f"cannot parse timestamp {value!r}: use ISO 8601") from exc
     if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.timezone.utc)
+        value = value.replace(tzinfo=dt.UTC)
     return int(value.timestamp() * 1000)

@@ -46,6 +46,7 @@ from eventlog.actions import (
     encode_commit,
 )
 from eventlog.conflicts import ReadSet, TransactionSummary, WinningCommit, check_conflicts
+from eventlog.datafiles import delete_files
 from eventlog.errors import (
     CommitFailedError,
     CommitStateUnknownError,
@@ -54,7 +55,6 @@ from eventlog.errors import (
     TransactionStateError,
 )
 from eventlog.isolation import IsolationLevel, effective_isolation_level
-from eventlog.datafiles import delete_files
 from eventlog.merge import MergeBuilder
 from eventlog.pruning import prune_files
 from eventlog.schema import from_spark_schema_json
@@ -138,8 +138,7 @@ class Transaction:
         self._require_open()
         if self._operation is not None:
             raise TransactionStateError(
-                f"transaction {self.txn_id} already runs {self._operation}; "
-                "use one transaction per operation"
+                f"transaction {self.txn_id} already runs {self._operation}; use one transaction per operation"
             )
         self._operation = operation
         self._params = {
@@ -257,7 +256,11 @@ class Transaction:
         operations.append(self, data, schema_mode=schema_mode)
 
     def overwrite(
-        self, data: pa.Table | pa.RecordBatch, *, replace_where: str | None = None, schema_mode: str | None = None
+        self,
+        data: pa.Table | pa.RecordBatch,
+        *,
+        replace_where: str | None = None,
+        schema_mode: str | None = None,
     ) -> None:
         operations.overwrite(self, data, replace_where=replace_where, schema_mode=schema_mode)
 
@@ -271,7 +274,9 @@ class Transaction:
         self, *, zorder_by: Sequence[str] | None = None, partition_filter: str | None = None,
         target_size: int | None = None,
     ) -> None:  # fmt: skip
-        operations.optimize(self, zorder_by=zorder_by, partition_filter=partition_filter, target_size=target_size)
+        operations.optimize(
+            self, zorder_by=zorder_by, partition_filter=partition_filter, target_size=target_size
+        )
 
     def restore(self, version: int) -> None:
         operations.restore(self, version)

@@ -17,7 +17,7 @@ Guarantees every adapter gives (each has a contract test in ``tests/lockstore``)
   returns True, across threads and processes (and machines, for the ZooKeeper adapter).
   Later calls return False and do not change the stored claim.
 * **Durable record**: after ``claim`` returned True, ``get`` returns that claim (the same
-  txn id, staged name and owner) until the slot is explicitly released by repair.
+  txn id, staged name and owner) for as long as the store exists.
 * **Monotone latest**: ``latest`` returns the highest claimed version, or -1. It never
   goes down. If callers only ever claim ``latest() + 1`` (the engine does), the claimed
   versions form the gapless prefix ``0..latest``.
@@ -30,8 +30,10 @@ Honest non-guarantees:
   already have happened. Callers must treat a False from ``claim`` as normal.
 * The stores do not check that version ``N-1`` exists when ``N`` is claimed; the engine's
   "claim latest+1" rule keeps the prefix gapless.
-* The local-file adapter is safe across processes on one machine only (it relies on
-  ``O_CREAT | O_EXCL`` on a local filesystem); the in-memory adapter within one process.
+* The local-file adapter is safe across processes on one machine only (it relies on the
+  atomic, exclusive ``link(2)`` of a local filesystem); the in-memory adapter within one
+  process. Without ``fsync=True`` a claim survives a crashed process but not a power
+  loss; the in-memory adapter survives neither.
 * An error other than False (e.g. :class:`SlotStoreUnavailableError`) means the outcome of
   that call is unknown: the caller must look the claim up (``find_txn``) before retrying.
 """

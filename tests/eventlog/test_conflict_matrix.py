@@ -94,7 +94,10 @@ CASES = [
 
 def _seed(uri: str, level: str, partitioned: bool) -> Table:
     t = Table.create(
-        uri, SCHEMA, partition_by=["date"] if partitioned else None, properties={"delta.isolationLevel": level}
+        uri,
+        SCHEMA,
+        partition_by=["date"] if partitioned else None,
+        properties={"delta.isolationLevel": level},
     )
     for date in ("2024-01-01", "2024-01-02"):
         t.append(rows([1, 2], date))
@@ -130,7 +133,9 @@ def test_matrix_same_files(
     [(s, f) for s in OPS for f in OPS],
 )
 @pytest.mark.parametrize("level", [SER, WS])
-def test_matrix_disjoint_partitions_never_conflict(local_uri: str, second: str, first: str, level: str) -> None:
+def test_matrix_disjoint_partitions_never_conflict(
+    local_uri: str, second: str, first: str, level: str
+) -> None:
     """Every "can conflict" cell becomes "no conflict" when the two touch different partitions."""
     t1 = _seed(local_uri, level, partitioned=True)
     t2 = Table.open(local_uri)
@@ -199,11 +204,15 @@ def test_two_replace_where_on_one_partition_append_beats_delete(local_uri: str) 
 
 def test_merge_with_explicit_partition_predicate(tmp_path: object) -> None:
     """MERGEs whose ON names disjoint partitions both commit; without it the second fails."""
-    schema = pa.schema([("id", pa.int64()), ("date", pa.string()), ("country", pa.string()), ("v", pa.int64())])
+    schema = pa.schema(
+        [("id", pa.int64()), ("date", pa.string()), ("country", pa.string()), ("v", pa.int64())]
+    )
 
     def data(ids: list[int], date: str, country: str, v: int) -> pa.Table:
         n = len(ids)
-        return pa.table({"id": ids, "date": [date] * n, "country": [country] * n, "v": [v] * n}, schema=schema)
+        return pa.table(
+            {"id": ids, "date": [date] * n, "country": [country] * n, "v": [v] * n}, schema=schema
+        )
 
     for explicit in (True, False):
         uri = f"{tmp_path}/explicit-{explicit}"
@@ -211,7 +220,7 @@ def test_merge_with_explicit_partition_predicate(tmp_path: object) -> None:
         t.append(data([1, 2], "2024-01-01", "FR", 0))
         t.append(data([1, 2], "2024-01-02", "DE", 0))
 
-        def merge(txn: Transaction, date: str, country: str) -> None:
+        def merge(txn: Transaction, date: str, country: str, explicit: bool = explicit) -> None:
             on = "t.id = s.id"
             if explicit:
                 on += f" AND t.date = '{date}' AND t.country = '{country}'"

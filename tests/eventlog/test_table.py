@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import time
 from decimal import Decimal
@@ -30,7 +31,6 @@ from eventlog.errors import (
     MergeCardinalityError,
     VersionNotFoundError,
 )
-from eventlog.storage import LogStore
 from lockstore import LocalFileSlotStore, SlotClaim
 from tests.conftest import SCHEMA, rows, sorted_ids
 
@@ -66,11 +66,11 @@ def test_open_missing_table(tmp_path: Path) -> None:
 
 
 def test_commit_format_is_delta(local_uri: str) -> None:
-    t = Table.create(local_uri, SCHEMA, partition_by=["date"], properties={"delta.isolationLevel": "Serializable"})
+    t = Table.create(
+        local_uri, SCHEMA, partition_by=["date"], properties={"delta.isolationLevel": "Serializable"}
+    )
     t.append(rows([1], "2024-01-01"))
     lines = Path(local_uri, "_delta_log", "00000000000000000001.json").read_text().splitlines()
-    import json
-
     actions = [json.loads(line) for line in lines]
     assert list(actions[0]) == ["commitInfo"]
     info = actions[0]["commitInfo"]
@@ -82,8 +82,11 @@ def test_commit_format_is_delta(local_uri: str) -> None:
     assert add["dataChange"] is True and add["path"].startswith("date=2024-01-01/")
     stats = json.loads(add["stats"])
     assert stats["numRecords"] == 1 and stats["minValues"]["id"] == 1 and stats["nullCount"]["y"] == 0
-    v0 = [json.loads(line) for line in Path(local_uri, "_delta_log", "00000000000000000000.json").read_text().splitlines()]
-    assert [list(a)[0] for a in v0] == ["commitInfo", "protocol", "metaData"]
+    v0 = [
+        json.loads(line)
+        for line in Path(local_uri, "_delta_log", "00000000000000000000.json").read_text().splitlines()
+    ]
+    assert [next(iter(a)) for a in v0] == ["commitInfo", "protocol", "metaData"]
     assert v0[1]["protocol"] == {"minReaderVersion": 1, "minWriterVersion": 2}
     assert json.loads(v0[2]["metaData"]["schemaString"])["fields"][0] == {
         "name": "id", "type": "long", "nullable": True, "metadata": {}
@@ -112,7 +115,7 @@ def test_time_travel_by_version_and_timestamp(local_uri: str) -> None:
     t = Table.create(local_uri, SCHEMA)
     t.append(rows([1]))
     time.sleep(0.01)
-    mid = dt.datetime.now(dt.timezone.utc)
+    mid = dt.datetime.now(dt.UTC)
     time.sleep(0.01)
     t.append(rows([2]))
     assert sorted_ids(t, version=1) == [1]
@@ -123,7 +126,7 @@ def test_time_travel_by_version_and_timestamp(local_uri: str) -> None:
     with pytest.raises(VersionNotFoundError):
         t.snapshot(7)
     with pytest.raises(VersionNotFoundError):
-        t.version_at(dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc))
+        t.version_at(dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
     timestamps = [h["timestamp"] for h in reversed(t.history())]
     assert timestamps == sorted(timestamps)
 
@@ -293,7 +296,7 @@ def test_all_common_types_round_trip(any_uri: str) -> None:
             "s": pa.array(["a", "é"], pa.string()),
             "b": pa.array([True, False]),
             "day": pa.array([dt.date(2024, 1, 1), dt.date(1999, 12, 31)]),
-            "ts": pa.array([dt.datetime(2024, 1, 1, 12, tzinfo=dt.timezone.utc), None], pa.timestamp("us", "UTC")),
+            "ts": pa.array([dt.datetime(2024, 1, 1, 12, tzinfo=dt.UTC), None], pa.timestamp("us", "UTC")),
             "arr": pa.array([[1, 2], []], pa.list_(pa.int64())),
             "st": pa.array([{"a": 1, "b": "x"}, {"a": None, "b": None}]),
             "m": pa.array([[("k", 1)], []], pa.map_(pa.string(), pa.int64())),

@@ -501,7 +501,9 @@ def test_latest_does_not_trust_a_bad_hint(tmp_path: Path) -> None:
         assert store.claim(TABLE, version, _claim(f"txn-{version}")) is True
     directory = Path(store.table_dir(TABLE))
     hint = directory / "_latest"
-    assert os.readlink(hint) == "00000000000000000009.slot"
+    # Contiguous claims refresh the hint only every 16 versions; the probe covers the rest.
+    assert os.readlink(hint) == "00000000000000000000.slot"
+    assert store.latest(TABLE) == 9
 
     hint.unlink()  # stale: pointing at an older slot
     hint.symlink_to("00000000000000000003.slot")

@@ -1,0 +1,86 @@
+"""Helpers shared by the benchmark scripts: arguments, statistics, tables, machine notes."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+def parse_args(description: str, *, default_repeat: int = 3) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run for CI (< 60 s)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=default_repeat,
+        help=f"runs per measurement (default {default_repeat}); the median and range are reported",
+    )
+    return parser.parse_args()
+
+
+@dataclass(frozen=True)
+class Stat:
+    """Median and range of repeated measurements."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Stat:
+        if not values:
+            raise ValueError("no measurements")
+        return cls(statistics.median(values), min(values), max(values), len(values))
+
+    def fmt(self, spec: str = ".1f", unit: str = "") -> str:
+        return f"{self.median:{spec}}{unit} [{self.low:{spec}}-{self.high:{spec}}]"
+
+
+def ratio(ours: float, peer: float) -> float:
+    return ours / peer if peer else float("inf")
+
+
+def machine_note() -> str:
+    """One line: date, cores, load average, Python and library versions."""
+    try:
+        with open("/proc/loadavg") as f:
+            load = " ".join(f.read().split()[:3])
+    except OSError:
+        load = "n/a"
+    versions = []
+    for mod in ("pyarrow", "deltalake"):
+        try:
+            versions.append(f"{mod} {__import__(mod).__version__}")
+        except ImportError:
+            versions.append(f"{mod} missing")
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"{now}; {os.cpu_count()} cores; loadavg {load}; Python {platform.python_version()}; "
+        + "; ".join(versions)
+    )
+
+
+def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """A GitHub-flavoured Markdown table (readable on a terminal, pasteable into RESULTS.md)."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(row: Sequence[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
+
+    print(f"\n### {title}\n")
+    print(line(cells[0]))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in cells[1:]:
+        print(line(row))
+    print()
+
+
+def verdict(met: bool) -> str:
+    return "MET" if met else "MISSED"
