@@ -44,7 +44,25 @@ APPEND_ONLY_KEY = "delta.appendOnly"
 TARGET_FILE_SIZE_KEY = "delta.targetFileSize"
 _BOOL_PROPERTIES = (APPEND_ONLY_KEY,)
 _INT_PROPERTIES = ("delta.checkpointInterval", TARGET_FILE_SIZE_KEY, "delta.dataSkippingNumIndexedCols")
-_FREE_PROPERTIES = ("delta.logRetentionDuration", "delta.deletedFileRetentionDuration")
+DELETED_FILE_RETENTION_KEY = "delta.deletedFileRetentionDuration"
+DEFAULT_DELETED_FILE_RETENTION = "interval 1 week"
+_INTERVAL_PROPERTIES = ("delta.logRetentionDuration", DELETED_FILE_RETENTION_KEY)
+_INTERVAL_UNITS_MS = {
+    "millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000,
+    "week": 7 * 86_400_000,
+}  # fmt: skip
+
+
+def parse_interval_ms(value: str) -> int:
+    """Delta's ``interval <n> <unit>`` durations (``interval 1 week``) in milliseconds."""
+    parts = value.strip().lower().split()
+    if len(parts) == 3 and parts[0] == "interval" and parts[1].isdigit():
+        unit = parts[2].removesuffix("s")
+        if unit in _INTERVAL_UNITS_MS:
+            return int(parts[1]) * _INTERVAL_UNITS_MS[unit]
+    raise InvalidInputError(f"invalid interval {value!r}; expected e.g. 'interval 7 days'")
+
+
 # Features whose write rules are not implemented (yet): enabling them is refused rather
 # than silently producing tables other Delta writers would consider broken.
 _UNSUPPORTED_TRUE = ("delta.enableDeletionVectors", "delta.enableChangeDataFeed", "delta.enableRowTracking")
@@ -69,7 +87,9 @@ def validate_properties(properties: Mapping[str, str]) -> None:
         elif key in _UNSUPPORTED_TRUE:
             if value != "false":
                 raise InvalidTablePropertyError(key, value, ["false (not supported yet)"])
-        elif key.startswith("delta.") and key not in _FREE_PROPERTIES:
+        elif key in _INTERVAL_PROPERTIES:
+            parse_interval_ms(value)
+        elif key.startswith("delta."):
             raise InvalidInputError(f"unknown Delta table property {key!r}")
 
 

@@ -19,7 +19,9 @@ Decisions worth knowing:
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import functools
+import json
 import io
 import math
 import re
@@ -49,6 +51,8 @@ __all__ = [
 ]
 
 UTC = dt.UTC
+# Decimal arithmetic on 38-digit values needs more than the default 28 digits of precision.
+_DEC = decimal.Context(prec=100)
 _EPOCH = dt.datetime(1970, 1, 1)
 
 _SPARK_PRIMITIVES: dict[str, pa.DataType] = {
@@ -391,13 +395,42 @@ def conform(data: pa.Table | pa.RecordBatch, table_schema: pa.Schema, *, context
             continue
         col = data.column(f.name)
         if not _identical(col.type, f.type):
-            opts = pc.CastOptions(f.type, allow_time_truncate=True)
-            col = pc.cast(col, options=opts)
+            col = _cast_column(col, f, context)
         columns.append(col)
     bad = [path for f, col in zip(table_schema, columns, strict=True) for path in _null_violations(col, f)]
     if bad:
         raise SchemaMismatchError(f"{context}: null values in non-nullable columns {bad}", columns=bad)
     return pa.Table.from_arrays(columns, schema=table_schema)
+
+
+def _cast_column(col: pa.ChunkedArray, f: pa.Field, context: str) -> pa.ChunkedArray:
+    try:
+        return pc.cast(col, options=pc.CastOptions(f.type, allow_time_truncate=True))
+    except pa.ArrowInvalid as exc:
+        # Arrow validates nested nullability while casting; redo the cast with every nested
+        # field nullable so the error can name the offending fields.
+        try:
+            relaxed = pc.cast(col, options=pc.CastOptions(_relaxed(f.type), allow_time_truncate=True))
+            bad = _null_violations(relaxed, f.with_type(f.type))
+        except pa.ArrowInvalid:
+            bad = []
+        columns = bad or [f.name]
+        raise SchemaMismatchError(
+            f"{context}: cannot write column(s) {columns}: {exc}", columns=columns
+        ) from exc
+
+
+def _relaxed(t: pa.DataType) -> pa.DataType:
+    """``t`` with every nested field nullable."""
+    if pa.types.is_struct(t):
+        return pa.struct(
+            [t.field(i).with_type(_relaxed(t.field(i).type)).with_nullable(True) for i in range(t.num_fields)]
+        )
+    if pa.types.is_list(t):
+        return pa.list_(pa.field("item", _relaxed(t.value_type)))
+    if pa.types.is_map(t):
+        return pa.map_(t.key_type, pa.field("value", _relaxed(t.item_type)))
+    return t
 
 
 def _identical(a: pa.DataType, b: pa.DataType) -> bool:
@@ -550,7 +583,7 @@ def encode_partition_value(value: Any, type: pa.DataType) -> str | None:
             return _format_float(float(value), t.bit_width == 32)
         if pa.types.is_decimal(t):
             d = value if isinstance(value, Decimal) else Decimal(str(value))
-            d = d.quantize(Decimal(1).scaleb(-t.scale))
+            d = d.quantize(Decimal(1).scaleb(-t.scale), context=_DEC)
             if len(d.as_tuple().digits) > t.precision:
                 raise ValueError(f"more than {t.precision} digits")
             return format(d, "f")
@@ -596,6 +629,23 @@ def _format_partition_ts(value: Any, t: pa.TimestampType) -> str:
     return f"{value.year:04d}-{value:%m-%d %H:%M:%S}.{value.microsecond:06d}"
 
 
+def _int_fits(v: int, t: pa.DataType) -> bool:
+    bits = t.bit_width
+    if pa.types.is_unsigned_integer(t):
+        return 0 <= v < 2**bits
+    return bool(-(2 ** (bits - 1)) <= v < 2 ** (bits - 1))
+
+
+def _as_float(v: float, t: pa.DataType) -> float:
+    """``v`` rounded to ``t``'s precision (the value Arrow would hold)."""
+    if t.bit_width == 64:
+        return v
+    try:
+        return float(struct.unpack("f", struct.pack("f", v))[0])
+    except OverflowError:
+        return math.copysign(math.inf, v)
+
+
 def decode_partition_value(value: str | None, type: pa.DataType) -> Any:
     """Inverse of :func:`encode_partition_value`: a Python value (None for null or "")."""
     if value is None or value == "":
@@ -610,9 +660,11 @@ def decode_partition_value(value: str | None, type: pa.DataType) -> Any:
                 raise ValueError("expected true or false")
             return low == "true"
         if pa.types.is_integer(t):
+            if not _int_fits(int(value), t):
+                raise ValueError("out of range")
             return int(value)
         if pa.types.is_floating(t):
-            return float(value)
+            return _as_float(float(value), t)
         if pa.types.is_decimal(t):
             return Decimal(value)
         if pa.types.is_date(t):
@@ -797,8 +849,9 @@ def _stats_columns_slow(
     docs: list[dict[str, Any]] = []
     for s in stats:
         try:
-            d = orjson.loads(s) if s else {}
-        except orjson.JSONDecodeError:
+            # The stdlib parser keeps numbers exact (Decimal); this path only runs for odd input.
+            d = json.loads(s, parse_float=Decimal) if s else {}
+        except ValueError:
             d = {}
         docs.append(d if isinstance(d, dict) else {})
 
@@ -830,19 +883,20 @@ def _stat_value(v: Any, t: pa.DataType, upper: bool) -> Any:
         if pa.types.is_boolean(t):
             return v if isinstance(v, bool) else None
         if pa.types.is_integer(t):
-            return _as_int(v)
+            i = _as_int(v)
+            return i if i is not None and _int_fits(i, t) else None
+        if isinstance(v, bool) and not pa.types.is_boolean(t):
+            return None
         if pa.types.is_floating(t):
-            return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+            f = float(v) if isinstance(v, int | float | Decimal) else math.nan
+            return None if math.isnan(f) else _as_float(f, t)
         if pa.types.is_string(t):
             return v if isinstance(v, str) else None
         if pa.types.is_decimal(t):
-            if isinstance(v, bool) or not isinstance(v, int | float | str):
+            if not isinstance(v, int | Decimal | str):
                 return None
-            d = Decimal(repr(v) if isinstance(v, float) else str(v))
-            if isinstance(v, float) and len(d.as_tuple().digits) > 15:
-                # orjson parsed a long number as a double: widen the bound by its rounding error.
-                d += (1 if upper else -1) * abs(d) * Decimal(2) ** -50
-            q = d.quantize(Decimal(1).scaleb(-t.scale), rounding=ROUND_CEILING if upper else ROUND_FLOOR)
+            rounding = ROUND_CEILING if upper else ROUND_FLOOR  # keep the bound a bound
+            q = Decimal(v).quantize(Decimal(1).scaleb(-t.scale), rounding=rounding, context=_DEC)
             return q if len(q.as_tuple().digits) <= t.precision else None
         if pa.types.is_date(t):
             return dt.date.fromisoformat(v[:10])

@@ -10,6 +10,7 @@ or a process-wide in-memory store for ``memory://`` tables).
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import threading
 import time
@@ -32,7 +33,12 @@ from eventlog.errors import (
     VersionNotFoundError,
 )
 from eventlog.merge import MergeBuilder
-from eventlog.operations import validate_properties
+from eventlog.operations import (
+    DEFAULT_DELETED_FILE_RETENTION,
+    DELETED_FILE_RETENTION_KEY,
+    parse_interval_ms,
+    validate_properties,
+)
 from eventlog.protocol import check_readable, protocol_for
 from eventlog.pruning import prune_files
 from eventlog.retry import DEFAULT_RETRY_POLICY, RetryPolicy
@@ -42,6 +48,8 @@ from eventlog.storage import LogStore
 from eventlog.transaction import CommitResult, Transaction
 from lockstore import InMemorySlotStore, LocalFileSlotStore, SlotStore
 from lockstore.registry import ENV_VAR, open_slot_store
+
+logger = logging.getLogger("eventlog.table")
 
 CHECKPOINT_INTERVAL_KEY = "delta.checkpointInterval"
 DEFAULT_CHECKPOINT_INTERVAL = 100
@@ -270,19 +278,8 @@ class Table:
         if latest < 0:
             raise TableNotFoundError(self.uri)
         target = latest if version is None else version
-        cp = find_latest_checkpoint(self.log.fs, self.log.log_dir, at_or_before=target, listing=names)
-        if cp is not None:
-            state = read_checkpoint(self.log.fs, self.log.log_dir, cp)
-            base: Snapshot | None = Snapshot.from_state(
-                self.uri,
-                cp,
-                state.protocol,
-                state.metadata,
-                state.adds,
-                state.removes,
-                state.txns,
-                state.domains,
-            )
+        base, cp = self._newest_readable_checkpoint(target, names)
+        if base is not None and cp is not None:
             start = cp + 1
         else:
             base, start = None, 0
@@ -298,6 +295,38 @@ class Table:
         snap = Snapshot.from_commits(self.uri, commits) if base is None else base.advance(commits)
         check_readable(snap.protocol)
         return snap
+
+    def _newest_readable_checkpoint(
+        self, target: int, names: list[str]
+    ) -> tuple[Snapshot | None, int | None]:
+        """The newest checkpoint at or before ``target`` that reads cleanly.
+
+        A damaged or vanished checkpoint is skipped (older checkpoint, or replay from 0),
+        as Delta Spark does: checkpoints are a cache of the fold, the commits are the truth.
+        """
+        bound = target
+        while bound >= 0:
+            cp = find_latest_checkpoint(self.log.fs, self.log.log_dir, at_or_before=bound, listing=names)
+            if cp is None:
+                return None, None
+            try:
+                state = read_checkpoint(self.log.fs, self.log.log_dir, cp)
+            except (CorruptLogError, FileNotFoundError) as exc:
+                logger.warning("skipping unreadable checkpoint %s of %s: %s", cp, self.uri, exc)
+                bound = cp - 1
+                continue
+            snap = Snapshot.from_state(
+                self.uri,
+                cp,
+                state.protocol,
+                state.metadata,
+                state.adds,
+                state.removes,
+                state.txns,
+                state.domains,
+            )
+            return snap, cp
+        return None, None
 
     # ------------------------------------------------------------------ log access (engine)
 
@@ -375,12 +404,18 @@ class Table:
     def checkpoint(self, snapshot: Snapshot | None = None) -> int:
         """Write a Delta checkpoint of ``snapshot`` (default: latest). Returns its version."""
         snap = snapshot or self.refresh()
+        retention = parse_interval_ms(
+            snap.properties.get(DELETED_FILE_RETENTION_KEY, DEFAULT_DELETED_FILE_RETENTION)
+        )
+        horizon = int(time.time() * 1000) - retention
+        # Tombstones older than the retention are dropped (VACUUM may delete their files).
+        live_tombstones = tuple(r for r in snap.tombstones.values() if (r.deletion_timestamp or 0) >= horizon)
         state = CheckpointState(
             version=snap.version,
             protocol=snap.protocol,
             metadata=snap.metadata,
             adds=snap.add_files,
-            removes=tuple(snap.tombstones.values()),
+            removes=live_tombstones,
             txns=tuple(snap.txns.values()),
             domains=tuple(snap.domains.values()),
         )
