@@ -29,7 +29,7 @@ from eventlog.errors import (
 from eventlog.isolation import IsolationLevel
 from eventlog.retry import RetryPolicy
 from eventlog.snapshot import Snapshot
-from eventlog.table import Table
+from eventlog.table import Table, write_table
 from eventlog.transaction import CommitResult, Transaction
 
 __all__ = [
@@ -57,4 +57,5 @@ __all__ = [
     "TableNotFoundError",
     "Transaction",
     "UnknownColumnError",
+    "write_table",
 ]

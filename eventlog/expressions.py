@@ -102,6 +102,7 @@ _F64 = pa.float64()
 _UTC = dt.timezone.utc
 _WIDE = Context(prec=100)  # decimal arithmetic on up to 76 digits without silent rounding
 _COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge", "eq_null_safe")
+_ARITHMETIC = ("add", "sub", "mul", "div", "mod")
 
 # --------------------------------------------------------------------------- types
 
@@ -1030,6 +1031,51 @@ class _Lowering:
         return pc.coalesce(*[_cast_values(a, t) for a in args]) if t is not None else args[0]
 
 
+def _explicit_casts(e: Expr, column_type: Callable[[Column], pa.DataType | None]) -> tuple[Expr, Any]:
+    """Spell out the casts Arrow's expression binder does not infer, and the result type.
+
+    The binder cannot compare or combine an integer with a DECIMAL(10,2) (it wants 21
+    digits), nor type a bare NULL. Casts it does infer are left to it, so that a plain
+    ``column op literal`` stays recognisable for Parquet statistics pushdown. A type of
+    None means unknown (a column outside the schema).
+    """
+    if isinstance(e, Column):
+        return e, column_type(e)
+    if isinstance(e, Literal):
+        return e, e.type if e.type is not None else pa.null()
+    if e.op == "cast":
+        return Call("cast", (_explicit_casts(e.args[0], column_type)[0], e.args[1])), _cast_target(e)
+    typed = [_explicit_casts(a, column_type) for a in e.args]
+    args, types = [a for a, _ in typed], [t for _, t in typed]
+    op, common = e.op, None
+    if op in ("and", "or", "not"):
+        common = _BOOL
+    elif op in (*_COMPARISONS, *_ARITHMETIC, "in", "coalesce") and None not in types:
+        for t in types:
+            common = _common_type(common, t)
+    if common is not None and not pa.types.is_null(common):
+        cast = {"int", "null"} if _kind(common) == "decimal" else {"null"}
+        for i, (a, t) in enumerate(zip(args, types, strict=True)):
+            if _kind(t) in cast:
+                args[i] = Literal(None, common) if a == Literal(None) else Call("cast", (a, Literal(None, common)))
+                types[i] = common
+    out = Call(op, tuple(args))
+    if op in ("neg", "abs", "coalesce"):
+        return out, types[0] if op != "coalesce" else common
+    if op in ("lower", "upper"):
+        return out, pa.string()
+    if op in _ARITHMETIC and None not in types:
+        if op == "div":
+            return out, _F64  # the lowering below divides in DOUBLE
+        try:
+            fn = _BINARY.get(op, pc.remainder_checked)
+            return out, fn(pa.array([], types[0]), pa.array([], types[1])).type
+        except _ARROW_ERRORS:
+            cast_args = tuple(Call("cast", (a, Literal(None, _F64))) for a in args)
+            return Call(op, cast_args), _F64  # DECIMAL result beyond 38 digits
+    return out, (None if op in _ARITHMETIC else _BOOL)
+
+
 class _ExpressionLowering(_Lowering):
     """The same lowering onto ``pyarrow.compute.Expression`` (types unknown until bound)."""
 
@@ -1090,13 +1136,32 @@ def evaluate_mask(
     return pc.fill_null(values.cast(_BOOL), False)
 
 
-def to_arrow(expr: Expr, resolve: Callable[[Column], str] | None = None) -> pc.Expression:
+def to_arrow(
+    expr: Expr, resolve: Callable[[Column], str] | None = None, *, schema: pa.Schema | None = None
+) -> pc.Expression:
     """The expression as a ``pyarrow.compute.Expression`` (e.g. a ``pyarrow.dataset`` filter).
 
-    Same semantics as :func:`evaluate`, except that ``/`` always computes in DOUBLE (column
-    types are unknown until Arrow binds the expression).
+    Same semantics as :func:`evaluate`, except that ``/`` computes in DOUBLE. ``schema`` (of
+    the data the filter is bound to) lets integer columns meet DECIMAL operands
+    (``qty * price > 10``); without it, only literals are typed.
     """
-    out = _ExpressionLowering(None, resolve).run(expr)
+    lowering = _ExpressionLowering(None, resolve)
+
+    def column_type(col: Column) -> pa.DataType | None:
+        if schema is None:
+            return None
+        name = lowering.name(col)
+        if name in schema.names:
+            return schema.field(name).type
+        t: Any = pa.struct(list(schema))
+        for part in name.split("."):
+            if not pa.types.is_struct(t) or t.get_field_index(part) < 0:
+                return None
+            t = t.field(part).type
+        return t
+
+    typed, t = _explicit_casts(expr, column_type)
+    out = lowering.run(Literal(None, _BOOL) if typed == Literal(None) else typed)
     return out if isinstance(out, pc.Expression) else pc.scalar(out)
 
 

@@ -37,12 +37,14 @@ from eventlog.operations import (
     DEFAULT_DELETED_FILE_RETENTION,
     DELETED_FILE_RETENTION_KEY,
     parse_interval_ms,
+    to_arrow_table,
     validate_properties,
+    write_rows,
 )
 from eventlog.protocol import check_readable, protocol_for
 from eventlog.pruning import prune_files
 from eventlog.retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from eventlog.schema import canonical_schema, to_spark_schema_json
+from eventlog.schema import canonical_schema, conform, to_spark_schema_json
 from eventlog.snapshot import Commit, Snapshot
 from eventlog.storage import LogStore
 from eventlog.transaction import CommitResult, Transaction
@@ -99,20 +101,22 @@ class Table:
     def create(
         cls,
         uri: str | os.PathLike[str],
-        schema: pa.Schema,
+        schema: pa.Schema | None = None,
         partition_by: Sequence[str] | None = None,
         properties: Mapping[str, str] | None = None,
         slots: SlotsSpec = None,
         *,
+        data: Any = None,
         name: str | None = None,
         description: str | None = None,
         retry_policy: RetryPolicy | None = None,
         app_id: str | None = None,
     ) -> Table:
-        """Create an empty table (version 0). TableAlreadyExistsError if one is there.
+        """Create a table as version 0, empty or holding ``data`` (CREATE TABLE AS SELECT).
 
-        Two concurrent creators: one wins, the other gets ProtocolChangedException with
-        the empty-directory hint (Delta's behaviour).
+        ``schema`` defaults to ``data``'s. TableAlreadyExistsError if a table is there.
+        Two concurrent creators (or writers to an empty path): one wins, the other gets
+        ProtocolChangedException with the empty-directory hint (Delta's behaviour).
         """
         log = LogStore(uri)
         store = resolve_slots(slots, log)
@@ -120,6 +124,11 @@ class Table:
         latest = table.latest_version()
         if latest >= 0:
             raise TableAlreadyExistsError(log.uri, latest)
+        rows = to_arrow_table(data) if data is not None else None
+        if schema is None:
+            if rows is None:
+                raise InvalidInputError("Table.create needs a schema or data")
+            schema = rows.schema
         arrow_schema = canonical_schema(schema)
         parts = list(partition_by or ())
         for col in parts:
@@ -146,11 +155,18 @@ class Table:
         )
         txn = Transaction(table, None)
         txn.set_operation(
-            "CREATE TABLE",
+            "CREATE TABLE" if rows is None else "CREATE TABLE AS SELECT",
             {"isManaged": "false", "description": description, "partitionBy": parts, "properties": props},
         )
         txn.update_protocol(protocol_for(arrow_schema, props))
         txn.update_metadata(metadata)
+        if rows is not None:
+            try:
+                adds = write_rows(txn, conform(rows, arrow_schema, context="create"))
+            except BaseException:
+                txn.abort()
+                raise
+            txn.add_metrics(numFiles=len(adds), numOutputRows=rows.num_rows)
         txn.commit()
         store.bind(table.key, metadata.id)
         return table
@@ -614,6 +630,48 @@ class Table:
     def __repr__(self) -> str:
         snap = self._snapshot
         return f"Table({self.uri!r}, version={snap.version if snap else None})"
+
+
+def write_table(
+    uri: str | os.PathLike[str],
+    data: Any,
+    *,
+    mode: str = "append",
+    partition_by: Sequence[str] | None = None,
+    properties: Mapping[str, str] | None = None,
+    replace_where: str | None = None,
+    schema_mode: str | None = None,
+    slots: SlotsSpec = None,
+) -> CommitResult:
+    """Write ``data`` to the table at ``uri``, creating it when the path holds none.
+
+    ``mode`` is ``"append"``, ``"overwrite"``, ``"error"`` (fail if the table exists) or
+    ``"ignore"`` (do nothing if it exists), as in Spark and delta-rs. Writers racing to
+    create one table: the losers get ProtocolChangedException (retry to append).
+    """
+    if mode not in ("append", "overwrite", "error", "ignore"):
+        raise InvalidInputError(f"mode must be append, overwrite, error or ignore; got {mode!r}")
+    log = LogStore(uri)
+    if not LogStore.commit_versions(log.list_log()):
+        try:
+            table = Table.create(uri, None, partition_by, properties, slots, data=data)
+        except TableAlreadyExistsError:
+            pass  # created meanwhile: fall through to the existing-table path
+        else:
+            info = table.history(1)[0]
+            return CommitResult(0, 1, info["operation"], info.get("operationMetrics", {}), info["txnId"])
+    table = Table.open(uri, slots)
+    if mode == "error":
+        raise TableAlreadyExistsError(table.uri, table.version)
+    if mode == "ignore":
+        return CommitResult(table.version, 0, "", {}, "", skipped=True)
+    if partition_by is not None and tuple(partition_by) != table.partition_columns:
+        raise InvalidInputError(
+            f"partition_by {list(partition_by)} differs from the table's {list(table.partition_columns)}"
+        )
+    if mode == "append":
+        return table.append(data, schema_mode=schema_mode)
+    return table.overwrite(data, replace_where=replace_where, schema_mode=schema_mode)
 
 
 def ex_unknown(column: str, schema: pa.Schema, context: str) -> Exception:

@@ -189,7 +189,9 @@ def test_memory_filesystem_and_absolute_path_dv() -> None:
     try:
         (dv,) = write_deletion_vectors(fs, root, [[0, 9]])
         assert list(read_deletion_vector(fs, root, dv)) == [0, 9]
-        absolute = dataclasses.replace(dv, storage_type="p", path_or_inline_dv=f"memory://{dv_file_path(root, dv)}")
+        absolute = dataclasses.replace(
+            dv, storage_type="p", path_or_inline_dv=f"memory://{dv_file_path(root, dv)}"
+        )
         assert list(read_deletion_vector(fs, "/elsewhere", absolute)) == [0, 9]
     finally:
         fs.rm(root, recursive=True)
@@ -252,12 +254,16 @@ def test_inline_descriptor_round_trip(rows: list[int]) -> None:
 def test_inline_corruption_raises() -> None:
     dv = inline_descriptor([1, 3, 7])
     with pytest.raises(CorruptLogError):
-        read_deletion_vector(LOCAL, "/t", dataclasses.replace(dv, path_or_inline_dv=dv.path_or_inline_dv[:-1]))
+        read_deletion_vector(
+            LOCAL, "/t", dataclasses.replace(dv, path_or_inline_dv=dv.path_or_inline_dv[:-1])
+        )
     with pytest.raises(CorruptLogError):
         read_deletion_vector(LOCAL, "/t", dataclasses.replace(dv, size_in_bytes=dv.size_in_bytes + 8))
     bad_magic = z85_encode(b"\x00" * 4 + serialize_bitmap([1])[4:])
     with pytest.raises(CorruptLogError, match="magic"):
-        read_deletion_vector(LOCAL, "/t", dataclasses.replace(dv, path_or_inline_dv=bad_magic, size_in_bytes=34))
+        read_deletion_vector(
+            LOCAL, "/t", dataclasses.replace(dv, path_or_inline_dv=bad_magic, size_in_bytes=34)
+        )
 
 
 # --------------------------------------------------------------------------- masks
@@ -279,15 +285,17 @@ def test_deleted_mask_marks_kept_rows() -> None:
 def test_deleted_mask_on_one_million_rows_is_fast() -> None:
     n = 1_000_000
     deleted = BitMap64(random.Random(3).sample(range(n), 100_000))
-    deleted_mask(deleted, n)  # warm up
-    start = time.perf_counter()
-    mask = deleted_mask(deleted, n)
-    elapsed = time.perf_counter() - start
+    timings = []
+    for _ in range(3):  # best of three: the first call also pays for page faults
+        start = time.perf_counter()
+        mask = deleted_mask(deleted, n)
+        timings.append(time.perf_counter() - start)
+    elapsed = min(timings)
     expected = np.ones(n, dtype=bool)
     expected[np.frombuffer(deleted.to_array(), dtype=np.uint64)] = False
     assert np.array_equal(mask.to_numpy(zero_copy_only=False), expected)
     assert mask.true_count == n - 100_000
-    assert elapsed < 0.05, f"deleted_mask took {elapsed * 1000:.1f} ms"
+    assert elapsed < 0.01, f"deleted_mask took {elapsed * 1000:.1f} ms"
 
 
 # --------------------------------------------------------------------------- delta-rs
@@ -330,32 +338,50 @@ def _dv_table(root: Path, make_dv: object, deleted: list[int]) -> None:
     (log / "00000000000000000001.json").write_bytes(encode_commit(v1))
 
 
+def _read_with_delta_rs(root: Path) -> tuple[list[int], list[list[bool]]]:
+    """Surviving ids via delta-rs's DataFusion scan, plus its decoded selection vectors."""
+    deltalake = pytest.importorskip("deltalake")
+    dt = deltalake.DeltaTable(str(root))
+    assert dt.version() == 1
+    # deltalake 1.6's to_pyarrow_table()/to_pyarrow_dataset() refuse every table whose
+    # protocol lists the deletionVectors reader feature (a Python-side allow-list check),
+    # whatever the DV bytes; scan() and QueryBuilder go through the Rust engine, which applies DVs.
+    with pytest.raises(deltalake.exceptions.DeltaProtocolError, match="deletionVectors"):
+        dt.to_pyarrow_table()
+    scanned = pa.table(dt.scan().read_all()).to_pylist()  # strings come back as string_view
+    rows = sorted((r["id"], r["name"]) for r in scanned)
+    assert [name for _, name in rows] == [f"n{i}" for i, _ in rows]
+    ids = [i for i, _ in rows]
+    sql = deltalake.QueryBuilder().register("t", dt).execute("SELECT id FROM t ORDER BY id")
+    assert pa.table(sql.read_all())["id"].to_pylist() == ids
+    selection = pa.table(dt.deletion_vectors().read_all())["selection_vector"].to_pylist()
+    return ids, selection
+
+
 @pytest.mark.parametrize("storage", ["u", "u-prefix", "i"])
 def test_delta_rs_reads_our_deletion_vectors(tmp_path: Path, storage: str) -> None:
-    deltalake = pytest.importorskip("deltalake")
     root = tmp_path / "table"
     root.mkdir()
 
     def make_dv(rows: list[int]) -> DeletionVectorDescriptor:
         if storage == "i":
-            return inline_descriptor(rows)
+            dv = inline_descriptor(rows)
+            assert dv.size_in_bytes % 4 != 0  # exercises the Z85 zero padding
+            return dv
         prefix = "ab" if storage == "u-prefix" else ""
         # Two DVs in one file: the table's DV is the second, so its offset is not 1.
-        return write_deletion_vectors(LOCAL, str(root), [[0, 1, 2], rows], prefix=prefix)[1]
+        dvs = write_deletion_vectors(LOCAL, str(root), [[0, 1, 2], rows], prefix=prefix)
+        assert dvs[1].offset is not None and dvs[1].offset > 1
+        return dvs[1]
 
     _dv_table(root, make_dv, [1, 3, 7])
-    dt = deltalake.DeltaTable(str(root))
-    assert dt.version() == 1
-    got = dt.to_pyarrow_table().sort_by("id")
-    assert got["id"].to_pylist() == [0, 2, 4, 5, 6, 8, 9]
-    assert got["name"].to_pylist() == ["n0", "n2", "n4", "n5", "n6", "n8", "n9"]
-    # Time travel to version 0 sees all rows again.
-    dt.load_as_version(0)
-    assert dt.to_pyarrow_table().num_rows == 10
+    ids, selection = _read_with_delta_rs(root)
+    assert ids == [0, 2, 4, 5, 6, 8, 9]
+    assert selection == [[i not in (1, 3, 7) for i in range(10)]]
+    assert selection[0] == deleted_mask([1, 3, 7], 10).to_pylist()
 
 
 def test_delta_rs_reads_run_encoded_deletion_vector(tmp_path: Path) -> None:
-    deltalake = pytest.importorskip("deltalake")
     root = tmp_path / "table"
     root.mkdir()
     rows = list(range(2, 9))  # a contiguous range: stored as a Roaring run container
@@ -365,5 +391,5 @@ def test_delta_rs_reads_run_encoded_deletion_vector(tmp_path: Path) -> None:
         return write_deletion_vectors(LOCAL, str(root), [deleted])[0]
 
     _dv_table(root, make_dv, rows)
-    got = deltalake.DeltaTable(str(root)).to_pyarrow_table().sort_by("id")
-    assert got["id"].to_pylist() == [0, 1, 9]
+    ids, _ = _read_with_delta_rs(root)
+    assert ids == [0, 1, 9]

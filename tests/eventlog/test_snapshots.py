@@ -50,9 +50,9 @@ def test_checkpoint_fold_equals_full_replay(local_uri: str) -> None:
     assert reopened.txns == replay.txns
     assert sorted_ids(Table.open(local_uri)) == [0, 1, 3, 4, 5, 7, 8, 9, 11]
     # Time travel to a version between checkpoints also folds from the right one.
-    assert Table.open(local_uri).snapshot(7).files == Snapshot.from_commits(
-        t.uri, t.commits_between(0, 7)
-    ).files
+    assert (
+        Table.open(local_uri).snapshot(7).files == Snapshot.from_commits(t.uri, t.commits_between(0, 7)).files
+    )
 
 
 def test_corrupt_checkpoint_falls_back_to_an_older_one_or_replay(local_uri: str) -> None:
@@ -67,7 +67,9 @@ def test_corrupt_checkpoint_falls_back_to_an_older_one_or_replay(local_uri: str)
 
 
 def test_checkpoint_expires_old_tombstones(local_uri: str) -> None:
-    t = Table.create(local_uri, SCHEMA, properties={"delta.deletedFileRetentionDuration": "interval 1 second"})
+    t = Table.create(
+        local_uri, SCHEMA, properties={"delta.deletedFileRetentionDuration": "interval 1 second"}
+    )
     t.append(rows([1]))
     t.delete("id = 1")
     assert len(t.snapshot().tombstones) == 1
