@@ -11,16 +11,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 
-def parse_args(description: str, *, default_repeat: int = 3) -> argparse.Namespace:
+def parse_args(
+    description: str, *, default_repeat: int = 3, quick_repeat: int | None = None
+) -> argparse.Namespace:
+    """``--quick`` and ``--repeat N`` (default: ``default_repeat``, or ``quick_repeat`` with --quick)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run for CI (< 60 s)")
     parser.add_argument(
         "--repeat",
         type=int,
-        default=default_repeat,
+        default=None,
         help=f"runs per measurement (default {default_repeat}); the median and range are reported",
     )
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.repeat is None:
+        args.repeat = quick_repeat if args.quick and quick_repeat is not None else default_repeat
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    return args
 
 
 @dataclass(frozen=True)
@@ -59,10 +67,9 @@ def machine_note() -> str:
             versions.append(f"{mod} {__import__(mod).__version__}")
         except ImportError:
             versions.append(f"{mod} missing")
-    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return (
-        f"{now}; {os.cpu_count()} cores; loadavg {load}; Python {platform.python_version()}; "
-        + "; ".join(versions)
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"{now}; {os.cpu_count()} cores; loadavg {load}; Python {platform.python_version()}; " + "; ".join(
+        versions
     )
 
 

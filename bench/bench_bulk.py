@@ -191,7 +191,7 @@ def measure_memory(engine: str, rows: int) -> dict[str, Any]:
 
 
 def main() -> int:
-    args = parse_args(__doc__.splitlines()[0] if __doc__ else "")
+    args = parse_args(__doc__.splitlines()[0] if __doc__ else "", quick_repeat=1)
     rows = 200_000 if args.quick else 5_000_000
     print(f"# bench_bulk ({'quick' if args.quick else 'full'}): {machine_note()}")
     # Memory first, while this parent process is small: a spawned child starts from a fork
@@ -305,8 +305,9 @@ def main() -> int:
         )
     print_table(
         f"Peak memory of the write, fresh process per run ({args.repeat} runs; table.nbytes = {mb:.0f} MB)",
-        ["engine", "baseline RSS MiB", "ru_maxrss before write MiB", "peak RSS MiB (ru_maxrss after)", "(peak - baseline) / nbytes",
-         "VmHWM after reset", f"Arrow pool growth / nbytes ({mem['ours'][0]['pool_backend']})"],
+        ["engine", "baseline RSS MiB", "ru_maxrss before MiB", "peak RSS MiB (ru_maxrss after)",
+         "(peak - baseline) / nbytes", "VmHWM after reset",
+         f"Arrow pool growth / nbytes ({mem['ours'][0]['pool_backend']})"],
         mem_rows,
     )  # fmt: skip
 

@@ -58,7 +58,11 @@ class RunResult:
 
 def _batch(writer: int, i: int) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
-        [pa.array([writer * 1_000_000 + i], pa.int64()), pa.array([writer], pa.int32()), pa.array(["x" * 10])],
+        [
+            pa.array([writer * 1_000_000 + i], pa.int64()),
+            pa.array([writer], pa.int32()),
+            pa.array(["x" * 10]),
+        ],
         schema=SCHEMA,
     )
 
@@ -151,7 +155,7 @@ def run_config(engine: str, writers: int, per_writer: int) -> RunResult:
 
 
 def main() -> int:
-    args = parse_args(__doc__.splitlines()[0] if __doc__ else "")
+    args = parse_args(__doc__.splitlines()[0] if __doc__ else "", quick_repeat=1)
     sizes = {1: 50, 4: 25} if args.quick else {1: 500, 4: 250}
     print(f"# bench_small_appends ({'quick' if args.quick else 'full'}): {machine_note()}")
     print(f"sizes: 1 writer x {sizes[1]} appends, 4 processes x {sizes[4]} appends; {args.repeat} runs each")
@@ -192,7 +196,15 @@ def main() -> int:
             )
     print_table(
         "Small appends: commits/s (median [min-max] over runs)",
-        ["engine", "writers", "appends/run", "commits/s", "ms/commit per writer", "failed (all runs)", "errors"],
+        [
+            "engine",
+            "writers",
+            "appends/run",
+            "commits/s",
+            "ms/commit per writer",
+            "failed (all runs)",
+            "errors",
+        ],
         table_rows,
     )
 
@@ -201,7 +213,9 @@ def main() -> int:
         ours = Stat.of([r.commits_per_s for r in results[("ours", writers)]])
         peer = Stat.of([r.commits_per_s for r in results[("deltalake", writers)]])
         rt = ratio(ours.median, peer.median)
-        ratio_rows.append([f"{writers} writer(s)", f"{rt:.1f}x", f">= {TARGET_RATIO:.0f}x", verdict(rt >= TARGET_RATIO)])
+        ratio_rows.append(
+            [f"{writers} writer(s)", f"{rt:.1f}x", f">= {TARGET_RATIO:.0f}x", verdict(rt >= TARGET_RATIO)]
+        )
     print_table(
         "Ratio ours / deltalake (commits/s: > 1 means ours is faster)",
         ["configuration", "ours / deltalake", "target", "verdict"],

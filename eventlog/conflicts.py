@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from pyroaring import AbstractBitMap64
 
+from eventlog import rowlevel
 from eventlog.actions import AddFile, CommitInfo, DomainMetadata, Metadata, Protocol, RemoveFile
 from eventlog.errors import (
     ConcurrentAppendException,
@@ -41,10 +43,11 @@ from eventlog.errors import (
     MetadataChangedException,
     ProtocolChangedException,
 )
-from eventlog.expressions import Expr, Literal, evaluate_mask
+from eventlog.expressions import Expr, Literal, evaluate_mask, may_match
 from eventlog.isolation import IsolationLevel
 from eventlog.protocol import check_supported, removed_features
-from eventlog.schema import partition_values_table
+from eventlog.rowlevel import CompactionSource, DvUpdate, RowLevelState
+from eventlog.schema import partition_values_table, stats_table
 from eventlog.snapshot import Commit
 
 # Configuration changes a concurrent commit may make without failing writers in flight:
@@ -66,6 +69,9 @@ class ReadSet:
     files: Mapping[str, Mapping[str, str | None]] = field(default_factory=dict)
     whole_table: bool = False
     app_ids: frozenset[str] = frozenset()
+    # The full predicate of each scan (TRUE when it had none): row-level concurrency
+    # checks a winner's new files against it with their statistics.
+    predicates: tuple[Expr, ...] = ()
 
     @property
     def depends_on_files(self) -> bool:
@@ -88,6 +94,13 @@ class TransactionSummary:
     protocol: Protocol | None = None
     removes: tuple[RemoveFile, ...] = ()
     domains: tuple[DomainMetadata, ...] = ()
+    adds: tuple[AddFile, ...] = ()
+    # Row-level concurrency (DVs enabled, no partition columns): this transaction's
+    # changes to existing files, and the files it compacts (OPTIMIZE without Z-order).
+    row_level: bool = False
+    data_schema: pa.Schema = field(default_factory=lambda: pa.schema([]))
+    dv_updates: Mapping[str, DvUpdate] = field(default_factory=dict)
+    compaction: tuple[CompactionSource, ...] = ()
     # RESTORE-like commits that rewrite the table from a version ("commitLarge" in
     # Delta Spark) tolerate no concurrent commit at all.
     fail_on_any_winner: bool = False
@@ -105,9 +118,11 @@ class WinningCommit:
     removes: tuple[RemoveFile, ...]
     app_ids: frozenset[str]
     domains: tuple[DomainMetadata, ...]
+    # DV bitmaps of this commit's adds that row-level resolution needs, loaded by the caller.
+    dv_bitmaps: Mapping[str, AbstractBitMap64] = field(default_factory=dict)
 
     @staticmethod
-    def of(commit: Commit) -> WinningCommit:
+    def of(commit: Commit, dv_bitmaps: Mapping[str, AbstractBitMap64] | None = None) -> WinningCommit:
         return WinningCommit(
             version=commit.version,
             commit_info=commit.commit_info,
@@ -117,6 +132,7 @@ class WinningCommit:
             removes=tuple(commit.removes),
             app_ids=frozenset(t.app_id for t in commit.txns),
             domains=tuple(commit.domains),
+            dv_bitmaps=dv_bitmaps or {},
         )
 
     @property
@@ -136,6 +152,12 @@ def check_conflicts(txn: TransactionSummary, winner: WinningCommit) -> Transacti
     txn = _check_metadata(txn, winner)
     _check_domain_metadata(txn, winner)
     _check_app_ids(txn, winner)
+    excluded: frozenset[str] = frozenset()
+    if txn.row_level:
+        txn, excluded = _resolve_row_level(txn, winner)
+        _check_added_rows(txn, winner, excluded)
+        _check_changed_files_row_level(txn, winner, excluded)
+        return txn
     _check_added_files(txn, winner)
     _check_deleted_files_read(txn, winner)
     _check_delete_delete(txn, winner)
@@ -344,6 +366,80 @@ def _check_deleted_files_read(txn: TransactionSummary, winner: WinningCommit) ->
             )
     if txn.read_set.whole_table:
         raise _conflict(ConcurrentDeleteReadException, txn, winner)
+
+
+def _resolve_row_level(
+    txn: TransactionSummary, winner: WinningCommit
+) -> tuple[TransactionSummary, frozenset[str]]:
+    """5'. (row-level concurrency) Reconcile changes to different rows of shared files."""
+    state = RowLevelState(txn.adds, txn.removes, txn.dv_updates, txn.compaction)
+    now = winner.commit_info.timestamp if winner.commit_info is not None else 0
+    new, excluded = rowlevel.resolve(state, winner.adds, winner.removes, winner.dv_bitmaps, now)
+    if new == state:
+        return txn, excluded
+    rebased = dataclasses.replace(
+        txn, adds=new.adds, removes=new.removes, dv_updates=new.dv_updates, compaction=new.compaction
+    )
+    return rebased, excluded
+
+
+def _check_added_rows(txn: TransactionSummary, winner: WinningCommit, excluded: frozenset[str]) -> None:
+    """6'. (row-level) New rows the winner wrote that this transaction's reads could match.
+
+    A DV re-add of an existing path and a compaction output (``dataChange = false``)
+    carry no new rows and are skipped; other candidates conflict when their statistics
+    say they may hold a row satisfying one of this transaction's predicates.
+    """
+    level = txn.isolation_level
+    if level is IsolationLevel.SNAPSHOT_ISOLATION or txn.is_blind_append:
+        return
+    if level is not IsolationLevel.SERIALIZABLE and txn.metadata is None and winner.is_blind_append:
+        return
+    removed = {r.path for r in winner.removes}
+    candidates = [
+        a
+        for a in winner.adds
+        if a.path not in excluded
+        and a.data_change
+        and not (a.path in removed and a.deletion_vector is not None)
+    ]
+    if not candidates:
+        return
+    preds = txn.read_set.predicates or txn.read_set.partition_predicates
+    if txn.read_set.whole_table or any(isinstance(p, Literal) and p.value is True for p in preds):
+        match: AddFile | None = candidates[0]
+    else:
+        match = None
+        stats = stats_table([a.stats for a in candidates], txn.data_schema, len(candidates))
+        for pred in dict.fromkeys(preds):
+            hits = may_match(pred, stats)
+            match = next((a for a, hit in zip(candidates, hits, strict=True) if hit), None)
+            if match is not None:
+                break
+    if match is not None:
+        raise _conflict(ConcurrentAppendException, txn, winner)
+
+
+def _check_changed_files_row_level(
+    txn: TransactionSummary, winner: WinningCommit, excluded: frozenset[str]
+) -> None:
+    """7'. (row-level) The winner removed, in a way resolution could not reconcile, a file
+    this transaction removes (rewrites, DV-updates or compacts). Files it only read may
+    change underneath it: the rows its predicates matched there were not touched.
+    Delta's order holds: a file this transaction read gives DeleteRead, else DeleteDelete."""
+    mine = {r.path for r in txn.removes} | {c.path for c in txn.compaction}
+    for remove in winner.removes:
+        if remove.path in excluded or remove.path not in mine:
+            continue
+        if remove.path in txn.read_set.files:
+            values = txn.read_set.files[remove.path]
+            raise _conflict(
+                ConcurrentDeleteReadException,
+                txn,
+                winner,
+                partition=partition_hint(values, txn.partition_schema),
+            )
+        raise _conflict(ConcurrentDeleteDeleteException, txn, winner)
 
 
 def _check_delete_delete(txn: TransactionSummary, winner: WinningCommit) -> None:

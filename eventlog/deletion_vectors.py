@@ -36,7 +36,7 @@ from eventlog.actions import DeletionVectorDescriptor
 from eventlog.errors import CorruptLogError, InvalidInputError
 
 try:
-    from pyroaring import BitMap, BitMap64
+    from pyroaring import AbstractBitMap, AbstractBitMap64, BitMap64
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("deletion vectors need pyroaring: pip install 'eventlog-tables[dv]'") from exc
 
@@ -60,9 +60,10 @@ FORMAT_VERSION = 1  # first byte of a DV file
 MAX_ROW_INDEX = 2**63 - 1  # the protocol requires the top bit of every 32-bit key to be 0
 _INT32_MAX = 2**31 - 1  # offset and sizeInBytes are Java ints in the protocol
 _UUID_CHARS = 20  # Z85 of 16 bytes
+_MIN_SERIALIZED_SIZE = 12  # magic + bucket count
 
 RowBitmap: TypeAlias = BitMap64
-BitmapLike: TypeAlias = BitMap64 | BitMap | Iterable[int]
+BitmapLike: TypeAlias = AbstractBitMap64 | AbstractBitMap | Iterable[int]
 
 # Z85 (https://rfc.zeromq.org/spec/32/) and Python's RFC 1924 base85 use the same big-endian
 # 4-byte-block arithmetic and differ only in the alphabet, so b85 plus a translation is Z85.
@@ -93,10 +94,10 @@ def z85_decode(text: str) -> bytes:
 # --------------------------------------------------------------------------- bitmaps
 
 
-def _as_bitmap64(rows: BitmapLike) -> RowBitmap:
-    if isinstance(rows, BitMap64):
+def _as_bitmap64(rows: BitmapLike) -> AbstractBitMap64:
+    if isinstance(rows, AbstractBitMap64):  # BitMap64 and FrozenBitMap64
         bitmap = rows
-    elif isinstance(rows, BitMap):
+    elif isinstance(rows, AbstractBitMap):
         bitmap = BitMap64(rows)
     elif isinstance(rows, np.ndarray):
         if rows.size and rows.dtype.kind == "i" and int(rows.min()) < 0:
@@ -119,7 +120,7 @@ def serialize_bitmap(rows: BitmapLike) -> bytes:
 
 def deserialize_bitmap(data: bytes, *, uri: str = "") -> RowBitmap:
     """Parse :func:`serialize_bitmap` bytes. :class:`CorruptLogError` on anything malformed."""
-    if len(data) < 12:  # magic + bucket count
+    if len(data) < _MIN_SERIALIZED_SIZE:
         raise CorruptLogError(f"deletion vector truncated: {len(data)} bytes", uri=uri, version=None)
     (magic,) = struct.unpack_from("<i", data)
     if magic != MAGIC_NUMBER:
@@ -210,6 +211,10 @@ def read_deletion_vector(
     fs: fsspec.AbstractFileSystem, table_root: str, dv: DeletionVectorDescriptor
 ) -> RowBitmap:
     """Load the row indexes of ``dv``, checking size, CRC-32 and cardinality."""
+    if dv.size_in_bytes < _MIN_SERIALIZED_SIZE:
+        raise CorruptLogError(
+            f"bad deletion vector sizeInBytes {dv.size_in_bytes}", uri=table_root, version=None
+        )
     if dv.storage_type == "i":
         try:
             padded = z85_decode(dv.path_or_inline_dv)
@@ -231,6 +236,8 @@ def read_deletion_vector(
     if dv.storage_type == "p":
         path = _absolute_fs_path(fs, path)
     offset = 1 if dv.offset is None else dv.offset  # no offset: the file's only DV
+    if offset < 1:
+        raise CorruptLogError(f"bad deletion vector offset {offset}", uri=path, version=None)
     try:
         with fs.open(path, "rb") as f:
             head = f.read(1)
@@ -278,9 +285,9 @@ def _check_cardinality(bitmap: RowBitmap, dv: DeletionVectorDescriptor, uri: str
 
 
 def _row_index_array(bitmap: BitmapLike) -> np.ndarray:
-    if isinstance(bitmap, BitMap64):
+    if isinstance(bitmap, AbstractBitMap64):
         return np.frombuffer(bitmap.to_array(), dtype=np.uint64)
-    if isinstance(bitmap, BitMap):
+    if isinstance(bitmap, AbstractBitMap):
         return np.frombuffer(bitmap.to_array(), dtype=np.uint32)
     return np.frombuffer(_as_bitmap64(bitmap).to_array(), dtype=np.uint64)
 

@@ -38,24 +38,6 @@ from sqlglot.errors import SqlglotError
 
 from eventlog.errors import PredicateError, UnknownColumnError
 
-__all__ = [
-    "TRUE",
-    "Call",
-    "Column",
-    "Expr",
-    "Literal",
-    "conjoin",
-    "conjuncts",
-    "evaluate",
-    "evaluate_mask",
-    "may_match",
-    "parse_expression",
-    "parse_predicate",
-    "partition_predicate",
-    "referenced_columns",
-    "to_arrow",
-    "to_sql",
-]
 
 # --------------------------------------------------------------------------- nodes
 
@@ -99,7 +81,7 @@ Expr: TypeAlias = Column | Literal | Call
 
 _BOOL = pa.bool_()
 _F64 = pa.float64()
-_UTC = dt.timezone.utc
+_UTC = dt.UTC
 _WIDE = Context(prec=100)  # decimal arithmetic on up to 76 digits without silent rounding
 _COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge", "eq_null_safe")
 _ARITHMETIC = ("add", "sub", "mul", "div", "mod")
@@ -157,10 +139,12 @@ _KINDS: tuple[tuple[str, Callable[[pa.DataType], bool]], ...] = (
     ("string", lambda t: pa.types.is_string(t) or pa.types.is_large_string(t) or t == pa.string_view()),
     (
         "binary",
-        lambda t: pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-        or pa.types.is_fixed_size_binary(t)
-        or t == pa.binary_view(),
+        lambda t: (
+            pa.types.is_binary(t)
+            or pa.types.is_large_binary(t)
+            or pa.types.is_fixed_size_binary(t)
+            or t == pa.binary_view()
+        ),
     ),
     ("date", pa.types.is_date),
     ("timestamp", pa.types.is_timestamp),
@@ -213,7 +197,7 @@ def _common_type(a: pa.DataType | None, b: pa.DataType | None) -> pa.DataType | 
             return _F64
         return pa.decimal128(precision, scale) if precision <= 38 else pa.decimal256(precision, scale)
     if kinds <= {"date", "timestamp"}:
-        stamps = [t for t in (a, b) if pa.types.is_timestamp(t)]
+        stamps: list[Any] = [t for t in (a, b) if pa.types.is_timestamp(t)]
         unit = max((t.unit for t in stamps), key=_UNITS.__getitem__)
         return pa.timestamp(unit, next((t.tz for t in stamps if t.tz), None))
     if kinds in ({"string"}, {"binary"}):
@@ -229,7 +213,7 @@ def _comparable(a: pa.DataType | None, b: pa.DataType | None) -> bool:
     return _common_type(a, b) is not None
 
 
-_SQL_TYPES: dict[exp.DataType.Type, pa.DataType] = {
+_SQL_TYPES: dict[Any, pa.DataType] = {
     exp.DataType.Type.BOOLEAN: _BOOL,
     exp.DataType.Type.TINYINT: pa.int8(),
     exp.DataType.Type.SMALLINT: pa.int16(),
@@ -306,7 +290,7 @@ def _coerce_string(text: str, target: pa.DataType, *, exact: bool) -> Literal:
             if not d.is_finite():
                 raise ValueError("not a finite number")
             q = d.quantize(Decimal((0, (1,), -target.scale)), rounding=ROUND_HALF_UP, context=_WIDE)
-            if exact and q != d or _decimal_type(q).precision > target.precision:
+            if (exact and q != d) or _decimal_type(q).precision > target.precision:
                 if exact:  # keep the literal exact: 1.005 equals no DECIMAL(10,2) value
                     return Literal(d)
                 raise ValueError("out of range")
@@ -487,12 +471,9 @@ class _Parser:
             what = "subquery"
         elif isinstance(n, exp.Window):
             what = "window function"
-        elif isinstance(n, exp.AggFunc):
-            what = f"aggregate function {n.sql_name()}"
-        elif isinstance(n, exp.Anonymous):
-            what = f"function {n.name.upper()}"
         elif isinstance(n, exp.Func):
-            what = f"function {n.sql_name()}"
+            name = n.name.upper() if isinstance(n, exp.Anonymous) else n.sql_name()
+            what = f"{'aggregate ' if isinstance(n, exp.AggFunc) else ''}function {name}"
         else:
             what = n.key.upper()
         self.fail(f"unsupported {what}: {n.sql(dialect='spark')}")
@@ -792,7 +773,11 @@ def _identifier_sql(name: str) -> str:
 
 def _literal_sql(lit: Literal) -> str:
     if lit.value is None:
-        return "NULL" if lit.type is None or pa.types.is_null(lit.type) else f"CAST(NULL AS {_type_sql(lit.type)})"
+        return (
+            "NULL"
+            if lit.type is None or pa.types.is_null(lit.type)
+            else f"CAST(NULL AS {_type_sql(lit.type)})"
+        )
     text, natural = _bare_literal(lit.value)
     return text if natural == lit.type else f"CAST({text} AS {_type_sql(lit.type)})"
 
@@ -830,7 +815,9 @@ def to_sql(expr: Expr) -> str:
 def _cast_target(call: Call) -> pa.DataType:
     target = call.args[1]
     if not (isinstance(target, Literal) and target.type is not None):
-        raise PredicateError("cast needs Literal(None, target_type) as second argument", expression=repr(call))
+        raise PredicateError(
+            "cast needs Literal(None, target_type) as second argument", expression=repr(call)
+        )
     return target.type
 
 
@@ -874,6 +861,9 @@ def _unify(a: Any, b: Any) -> tuple[Any, Any]:
 def _cast_values(v: Any, t: pa.DataType) -> Any:
     if v.type == t:
         return v
+    if _kind(v.type) == "decimal" and _kind(t) == "float":
+        # Arrow's direct cast is inexact (DECIMAL(21,11) 1.0 -> 0.9999999999999999); parsing is not
+        return pc.cast(pc.cast(v, pa.string()), t)
     try:
         return pc.cast(v, t)
     except pa.ArrowInvalid:
@@ -894,7 +884,10 @@ def _cast_values(v: Any, t: pa.DataType) -> Any:
 
 def _apply(fn: Callable[..., Any], a: Any, b: Any) -> Any:
     """``fn(a, b)`` on arrays/scalars; on a type mismatch cast both to their common type."""
-    decimal = "decimal" in (_kind(a.type), _kind(b.type))
+    kinds = {_kind(a.type), _kind(b.type)}
+    decimal = "decimal" in kinds
+    if kinds == {"decimal", "float"}:
+        return fn(*_unify(a, b))
     try:
         return fn(a, b)
     except _ARROW_ERRORS:
@@ -1047,18 +1040,25 @@ def _explicit_casts(e: Expr, column_type: Callable[[Column], pa.DataType | None]
         return Call("cast", (_explicit_casts(e.args[0], column_type)[0], e.args[1])), _cast_target(e)
     typed = [_explicit_casts(a, column_type) for a in e.args]
     args, types = [a for a, _ in typed], [t for _, t in typed]
-    op, common = e.op, None
+    op, common, mixed = e.op, None, e.op in (*_COMPARISONS, *_ARITHMETIC, "in", "coalesce")
     if op in ("and", "or", "not"):
         common = _BOOL
-    elif op in (*_COMPARISONS, *_ARITHMETIC, "in", "coalesce") and None not in types:
+    elif mixed and None not in types:
         for t in types:
-            common = _common_type(common, t)
-    if common is not None and not pa.types.is_null(common):
-        cast = {"int", "null"} if _kind(common) == "decimal" else {"null"}
-        for i, (a, t) in enumerate(zip(args, types, strict=True)):
-            if _kind(t) in cast:
-                args[i] = Literal(None, common) if a == Literal(None) else Call("cast", (a, Literal(None, common)))
-                types[i] = common
+            common = _common_type(common, t) if _comparable(common, t) else pa.null()
+            if common is None or pa.types.is_null(common) and _kind(t) != "null":
+                common = None  # incompatible: leave it to Arrow (and its error)
+                break
+        common = pa.int64() if common is not None and pa.types.is_null(common) else common
+    decimal = mixed and "decimal" in {_kind(t) for t in types}
+    for i, (a, t) in enumerate(zip(args, types, strict=True)):
+        kind = _kind(t)
+        target = common if kind == "null" else _as_decimal(t) if decimal and kind == "int" else None
+        if target is not None and t != target:
+            args[i] = (
+                Literal(None, target) if a == Literal(None) else Call("cast", (a, Literal(None, target)))
+            )
+            types[i] = target
     out = Call(op, tuple(args))
     if op in ("neg", "abs", "coalesce"):
         return out, types[0] if op != "coalesce" else common
@@ -1097,7 +1097,8 @@ class _ExpressionLowering(_Lowering):
         return v.cast(t)
 
     def null_if_zero(self, v: Any) -> Any:
-        return pc.if_else(pc.equal(v, pc.scalar(0)), pc.scalar(pa.scalar(None, _F64)), v)
+        # compare in DOUBLE: Arrow cannot compare a DECIMAL(10,2) with a BIGINT 0 (zero stays zero)
+        return pc.if_else(pc.equal(v.cast(_F64), pc.scalar(0.0)), pc.scalar(pa.scalar(None)), v)
 
     def isin(self, value: Any, items: Sequence[Expr]) -> Any:
         return _any([pc.equal(value, self.run(i)) for i in items])
@@ -1160,7 +1161,7 @@ def to_arrow(
             t = t.field(part).type
         return t
 
-    typed, t = _explicit_casts(expr, column_type)
+    typed, _ = _explicit_casts(expr, column_type)
     out = lowering.run(Literal(None, _BOOL) if typed == Literal(None) else typed)
     return out if isinstance(out, pc.Expression) else pc.scalar(out)
 

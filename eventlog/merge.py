@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyroaring import FrozenBitMap64
 
 from eventlog import expressions as ex
 from eventlog.actions import AddFile
-from eventlog.datafiles import read_data_files
 from eventlog.errors import InvalidInputError, MergeCardinalityError, PredicateError, UnknownColumnError
 from eventlog.operations import apply_assignments, check_append_only, to_arrow_table, write_rows
+from eventlog.scan import read_file_positions
 from eventlog.schema import conform
 
 if TYPE_CHECKING:
@@ -217,8 +218,14 @@ class MergeBuilder:
         )
         touched_ids |= set(deletes.keys())
         touched = [files[i] for i in sorted(touched_ids)]
-        rewritten = self._rewrite(target, touched_ids, updates, deletes)
-        txn.remove_files(touched)
+        if txn.deletion_vectors_enabled:
+            # Old images of updated rows and deleted rows become DV deletes; only the new
+            # images are written.
+            self._delete_by_dv(files, touched_ids, updates, deletes)
+            rewritten = updates.select(schema.names) if updates.num_rows else None
+        else:
+            rewritten = self._rewrite(target, touched_ids, updates, deletes)
+            txn.remove_files(touched)
         out_parts = [t for t in (rewritten, inserted) if t is not None and t.num_rows]
         if out_parts:
             write_rows(txn, conform(pa.concat_tables(out_parts), schema, context="merge"))
@@ -231,12 +238,16 @@ class MergeBuilder:
         }
 
     def _read_target(self, files: list[AddFile]) -> pa.Table:
+        """Live target rows of ``files`` with their file id and live row index; remembers
+        each file's physical positions and DV for DV-based changes."""
         txn = self.txn
         parts = []
+        self._positions: list[tuple[np.ndarray, FrozenBitMap64, int]] = []
         for i, f in enumerate(files):
-            rows = read_data_files(
-                txn.table.log.fs, txn.table.log.root, [f], self.target_schema, txn.metadata.partition_columns
+            rows, positions, current, physical = read_file_positions(
+                txn.table.log.fs, txn.table.log.root, f, self.target_schema, txn.metadata.partition_columns
             )
+            self._positions.append((positions, current, physical))
             rows = rows.append_column(_FILE, pa.array(np.full(rows.num_rows, i, dtype=np.int64)))
             rows = rows.append_column(_ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
             parts.append(rows)
@@ -327,6 +338,22 @@ class MergeBuilder:
                         raise InvalidInputError(f"cannot insert into column {field.name!r}: {exc}") from exc
             out.append(pa.table(cols))
         return pa.concat_tables(out) if out else None
+
+    def _delete_by_dv(
+        self, files: list[AddFile], touched: set[int], updates: pa.Table, deletes: dict[int, set[int]]
+    ) -> None:
+        t = self.target_alias
+        rows_by_file: dict[int, set[int]] = {fid: set(rids) for fid, rids in deletes.items()}
+        if updates.num_rows:
+            for fid, rid in zip(
+                updates[f"{t}.{_FILE}"].to_pylist(), updates[f"{t}.{_ROW}"].to_pylist(), strict=True
+            ):
+                rows_by_file.setdefault(fid, set()).add(rid)
+        for fid in sorted(touched):
+            positions, current, physical = self._positions[fid]
+            live_rows = np.fromiter(sorted(rows_by_file.get(fid, ())), dtype=np.int64)
+            self.txn.delete_rows(files[fid], positions[live_rows], current, physical)
+        self.txn.flush_deletes()
 
     def _rewrite(
         self, target: pa.Table, touched: set[int], updates: pa.Table, deletes: dict[int, set[int]]

@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyroaring import FrozenBitMap64
 
 from eventlog import expressions as ex
 from eventlog.actions import AddFile, Protocol
-from eventlog.datafiles import DEFAULT_TARGET_FILE_SIZE, read_data_files, write_data_files
+from eventlog.datafiles import DEFAULT_TARGET_FILE_SIZE, write_data_files
 from eventlog.errors import (
     AppendOnlyViolationError,
     InvalidInputError,
@@ -34,15 +35,17 @@ from eventlog.errors import (
     UnknownColumnError,
 )
 from eventlog.isolation import ISOLATION_LEVEL_KEY, IsolationLevel
-from eventlog.protocol import features_of
-from eventlog.schema import canonical_schema, conform, merge_schema, needs_timestamp_ntz, to_spark_schema_json
+from eventlog.protocol import DV_PROPERTY, upgrade
+from eventlog.rowlevel import CompactionSource, compaction_tag
+from eventlog.scan import read_file_positions, read_live_rows
+from eventlog.schema import canonical_schema, conform, merge_schema, to_spark_schema_json
 
 if TYPE_CHECKING:
     from eventlog.transaction import Transaction
 
 APPEND_ONLY_KEY = "delta.appendOnly"
 TARGET_FILE_SIZE_KEY = "delta.targetFileSize"
-_BOOL_PROPERTIES = (APPEND_ONLY_KEY,)
+_BOOL_PROPERTIES = (APPEND_ONLY_KEY, DV_PROPERTY)
 _INT_PROPERTIES = ("delta.checkpointInterval", TARGET_FILE_SIZE_KEY, "delta.dataSkippingNumIndexedCols")
 DELETED_FILE_RETENTION_KEY = "delta.deletedFileRetentionDuration"
 DEFAULT_DELETED_FILE_RETENTION = "interval 1 week"
@@ -65,7 +68,7 @@ def parse_interval_ms(value: str) -> int:
 
 # Features whose write rules are not implemented (yet): enabling them is refused rather
 # than silently producing tables other Delta writers would consider broken.
-_UNSUPPORTED_TRUE = ("delta.enableDeletionVectors", "delta.enableChangeDataFeed", "delta.enableRowTracking")
+_UNSUPPORTED_TRUE = ("delta.enableChangeDataFeed", "delta.enableRowTracking")
 
 
 # --------------------------------------------------------------------------- properties
@@ -105,6 +108,10 @@ def set_properties(txn: Transaction, properties: Mapping[str, str]) -> None:
     txn.set_operation("SET TBLPROPERTIES", {"properties": dict(properties)}, changes_data=False)
     config = {**txn.metadata.configuration, **properties}
     txn.update_metadata(dataclasses.replace(txn.metadata, configuration=config))
+    current = _read_protocol(txn)
+    upgraded = upgrade(current, txn.schema, config)
+    if upgraded != current:  # e.g. enabling deletion vectors adds the table feature
+        txn.update_protocol(upgraded)
 
 
 def unset_properties(txn: Transaction, keys: Sequence[str]) -> None:
@@ -143,16 +150,10 @@ def add_columns(txn: Transaction, fields: Sequence[pa.Field]) -> None:
 
 def _change_schema(txn: Transaction, new_schema: pa.Schema) -> None:
     txn.update_metadata(dataclasses.replace(txn.metadata, schema_string=to_spark_schema_json(new_schema)))
-    if needs_timestamp_ntz(new_schema) and "timestampNtz" not in features_of(_read_protocol(txn)):
-        old = _read_protocol(txn)
-        txn.update_protocol(
-            Protocol(
-                3,
-                7,
-                reader_features=tuple(sorted({*(old.reader_features or ()), "timestampNtz"})),
-                writer_features=tuple(sorted({*features_of(old), "timestampNtz"})),
-            )
-        )
+    current = _read_protocol(txn)
+    upgraded = upgrade(current, new_schema, txn.metadata.configuration)
+    if upgraded != current:
+        txn.update_protocol(upgraded)
 
 
 def _read_protocol(txn: Transaction) -> Protocol:
@@ -257,35 +258,62 @@ def delete(txn: Transaction, predicate: str | None) -> None:
 
 
 def _read(txn: Transaction, files: Sequence[AddFile]) -> pa.Table:
-    return read_data_files(
+    """Live rows of ``files`` (deletion vectors applied)."""
+    return read_live_rows(
         txn.table.log.fs, txn.table.log.root, files, txn.schema, txn.metadata.partition_columns
     )
 
 
+def _live_rows(f: AddFile) -> int:
+    dv = f.deletion_vector.cardinality if f.deletion_vector is not None else 0
+    return (f.num_records or 0) - dv
+
+
+def _matching_rows(
+    txn: Transaction, files: Sequence[AddFile], pred: ex.Expr | None
+) -> list[tuple[AddFile, pa.Table, pa.BooleanArray, np.ndarray, FrozenBitMap64, int]]:
+    """Per file with at least one live row matching ``pred``: (file, live rows, match mask,
+    physical positions of the live rows, current DV rows, physical row count)."""
+    out = []
+    for f in files:
+        rows, positions, current, physical = read_file_positions(
+            txn.table.log.fs, txn.table.log.root, f, txn.schema, txn.metadata.partition_columns
+        )
+        mask = (
+            ex.evaluate_mask(pred, rows) if pred is not None else pa.array(np.ones(rows.num_rows, dtype=bool))
+        )
+        if (pc.sum(mask).as_py() or 0) > 0:
+            out.append((f, rows, mask, positions, current, physical))
+    return out
+
+
 def _remove_rows(txn: Transaction, files: Sequence[AddFile], pred: ex.Expr | None) -> tuple[int, int, int]:
     """Remove the rows matching ``pred`` from ``files``: whole files when every row
-    matches (always, for a partition-only predicate), else rewrite the survivors.
-    Returns (files removed, rows deleted, rows copied)."""
+    matches (always, for a partition-only predicate); otherwise mark the rows in deletion
+    vectors (tables with DVs enabled) or rewrite the surviving rows.
+    Returns (files changed, rows deleted, rows copied)."""
     parts = set(txn.metadata.partition_columns)
     if pred is None or {c.name for c in ex.referenced_columns(pred)} <= parts:
         txn.remove_files(files)
-        return len(files), sum(f.num_records or 0 for f in files), 0
+        return len(files), sum(_live_rows(f) for f in files), 0
+    use_dv = txn.deletion_vectors_enabled
     touched: list[AddFile] = []
     survivors: list[pa.Table] = []
     deleted = 0
-    for f in files:
-        rows = _read(txn, [f])
-        mask = ex.evaluate_mask(pred, rows)
-        hits = pc.sum(mask).as_py() or 0
-        if hits == 0:
+    for f, rows, mask, positions, current, physical in _matching_rows(txn, files, pred):
+        deleted += pc.sum(mask).as_py() or 0
+        if use_dv:
+            txn.delete_rows(f, positions[mask.to_numpy(zero_copy_only=False)], current, physical)
+            touched.append(f)
             continue
         touched.append(f)
-        deleted += hits
-        if hits < rows.num_rows:
-            survivors.append(rows.filter(pc.invert(mask)))
+        survivors.append(rows.filter(pc.invert(mask)))
+    if use_dv:
+        txn.flush_deletes()
+        return len(touched), deleted, 0
     txn.remove_files(touched)
     kept = pa.concat_tables(survivors) if survivors else None
-    if kept is not None:
+    if kept is not None and kept.num_rows:
         write_rows(txn, kept)
     return len(touched), deleted, kept.num_rows if kept is not None else 0
 
@@ -331,22 +359,27 @@ def update(txn: Transaction, predicate: str | None, assignments: Mapping[str, st
     pred = txn.parse_predicate(predicate) if predicate is not None else None
     exprs = parse_assignments(txn, assignments)
     files = txn.scan(pred)
+    use_dv = txn.deletion_vectors_enabled
     touched: list[AddFile] = []
     rewritten: list[pa.Table] = []
     updated = copied = 0
-    for f in files:
-        rows = _read(txn, [f])
-        mask = ex.evaluate_mask(pred, rows) if pred is not None else None
-        hits = (pc.sum(mask).as_py() or 0) if mask is not None else rows.num_rows
-        if hits == 0:
-            continue
+    for f, rows, mask, positions, current, physical in _matching_rows(txn, files, pred):
+        hits = pc.sum(mask).as_py() or 0
         touched.append(f)
         updated += hits
-        copied += rows.num_rows - hits
-        rewritten.append(apply_assignments(rows, mask, exprs, txn.schema))
+        if use_dv:
+            # The old images become DV-deleted rows; the new images go to a new file.
+            txn.delete_rows(f, positions[mask.to_numpy(zero_copy_only=False)], current, physical)
+            rewritten.append(apply_assignments(rows.filter(mask), None, exprs, txn.schema))
+        else:
+            copied += rows.num_rows - hits
+            rewritten.append(apply_assignments(rows, mask, exprs, txn.schema))
     if rewritten:
         new_rows = conform(pa.concat_tables(rewritten), txn.schema, context="update")
-        txn.remove_files(touched)
+        if use_dv:
+            txn.flush_deletes()
+        else:
+            txn.remove_files(touched)
         write_rows(txn, new_rows)
     txn.add_metrics(numRemovedFiles=len(touched), numUpdatedRows=updated, numCopiedRows=copied)
 
@@ -418,15 +451,48 @@ def optimize(
     for f in files:
         groups.setdefault(tuple(sorted(f.partition_values.items())), []).append(f)
     removed = added = 0
+    # On row-level-concurrency tables a plain compaction records where each source's rows
+    # went, so concurrent DV deletes on its inputs can be carried over instead of failing
+    # it; a Z-order permutes rows and keeps the file-level rules ("can conflict only when
+    # ZORDER BY is used").
+    mapped = not zorder and txn.deletion_vectors_enabled and not parts
     for group in groups.values():
         for bin_ in _bins(group, target, rewrite_all=bool(zorder)):
+            txn.remove_files(bin_, data_change=False)
+            removed += len(bin_)
+            if mapped:
+                _compact_mapped(txn, bin_)
+                added += 1
+                continue
             rows = _read(txn, bin_)
             if zorder:
                 rows = rows.take(zorder_permutation(rows, zorder))
-            txn.remove_files(bin_, data_change=False)
             added += len(write_rows(txn, rows, data_change=False))
-            removed += len(bin_)
     txn.add_metrics(numRemovedFiles=removed, numAddedFiles=added)
+
+
+def _compact_mapped(txn: Transaction, sources: Sequence[AddFile]) -> None:
+    """Compact ``sources`` into exactly one file whose tags say where each source's rows went."""
+    fs, root = txn.table.log.fs, txn.table.log.root
+    parts: list[pa.Table] = []
+    records: list[tuple[AddFile, FrozenBitMap64, int, int]] = []
+    offset = 0
+    for f in sources:
+        rows, _, current, physical = read_file_positions(
+            fs, root, f, txn.schema, txn.metadata.partition_columns
+        )
+        records.append((f, current, physical, offset))
+        parts.append(rows)
+        offset += rows.num_rows
+    (add,) = write_data_files(
+        fs, root, pa.concat_tables(parts), partition_columns=(), data_change=False, target_file_size=2**62
+    )
+    compaction = [
+        CompactionSource(f.path, f.key[1], current, physical, add.path, start)
+        for f, current, physical, start in records
+    ]
+    txn.add_files([dataclasses.replace(add, tags={**(add.tags or {}), **compaction_tag(compaction)})])
+    txn.record_compaction(compaction)
 
 
 def _bins(files: Sequence[AddFile], target: int, *, rewrite_all: bool) -> list[list[AddFile]]:

@@ -18,8 +18,9 @@ from eventlog.schema import needs_timestamp_ntz
 
 MAX_READER_VERSION = 3
 MAX_WRITER_VERSION = 7
-READER_FEATURES = frozenset({"timestampNtz"})
-WRITER_FEATURES = frozenset({"appendOnly", "invariants", "timestampNtz", "domainMetadata"})
+READER_FEATURES = frozenset({"timestampNtz", "deletionVectors"})
+WRITER_FEATURES = frozenset({"appendOnly", "invariants", "timestampNtz", "domainMetadata", "deletionVectors"})
+DV_PROPERTY = "delta.enableDeletionVectors"
 # Legacy (pre-feature) writer versions 3..6 imply features (CHECK constraints, CDF,
 # generated and identity columns, column mapping) whose write-side rules we do not
 # implement, so writers refuse them; readers may still read them.
@@ -83,12 +84,24 @@ def removed_features(old: Protocol, new: Protocol) -> set[str]:
 
 def protocol_for(schema: pa.Schema, properties: Mapping[str, str]) -> Protocol:
     """The minimal protocol for a new table with this schema and these properties."""
-    del properties  # no property currently needs a feature beyond (1, 2)
+    return upgrade(Protocol(1, 2), schema, properties)
+
+
+def upgrade(protocol: Protocol, schema: pa.Schema, properties: Mapping[str, str]) -> Protocol:
+    """``protocol`` with the features this schema and these properties need (unchanged
+    when it already has them). Features that need one go to (3, 7) with explicit lists."""
+    needed: set[str] = set()
     if needs_timestamp_ntz(schema):
-        return Protocol(
-            MAX_READER_VERSION,
-            MAX_WRITER_VERSION,
-            reader_features=("timestampNtz",),
-            writer_features=("appendOnly", "invariants", "timestampNtz"),
-        )
-    return Protocol(1, 2)
+        needed.add("timestampNtz")
+    if properties.get(DV_PROPERTY) == "true":
+        needed.add("deletionVectors")
+    have = features_of(protocol)
+    if needed <= have:
+        return protocol
+    features = have | needed | {"appendOnly", "invariants"}
+    return Protocol(
+        MAX_READER_VERSION,
+        MAX_WRITER_VERSION,
+        reader_features=tuple(sorted((features & READER_FEATURES) | set(protocol.reader_features or ()))),
+        writer_features=tuple(sorted(features)),
+    )

@@ -21,8 +21,8 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import functools
-import json
 import io
+import json
 import math
 import re
 import struct
@@ -334,7 +334,9 @@ def _type_problems(src: pa.DataType, dst: pa.DataType, path: str) -> list[tuple[
                 continue
             problems.extend(_type_problems(sf.type, df.type, f"{path}.{df.name}"))
         return problems
-    src_is_list = types.is_list(src) or types.is_large_list(src) or types.is_fixed_size_list(src)
+    src_is_list = (
+        types.is_list(src) or types.is_large_list(src) or types.is_fixed_size_list(src) or _is_list_view(src)
+    )
     if types.is_list(dst) and src_is_list:
         return _type_problems(src.value_type, dst.value_type, f"{path}.element")
     if types.is_map(dst) and types.is_map(src):
@@ -632,7 +634,7 @@ def _format_partition_ts(value: Any, t: pa.TimestampType) -> str:
 def _int_fits(v: int, t: pa.DataType) -> bool:
     bits = t.bit_width
     if pa.types.is_unsigned_integer(t):
-        return 0 <= v < 2**bits
+        return bool(0 <= v < 2**bits)
     return bool(-(2 ** (bits - 1)) <= v < 2 ** (bits - 1))
 
 

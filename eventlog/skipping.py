@@ -19,7 +19,15 @@ import pyarrow.compute as pc
 
 from eventlog.expressions import _ARROW_ERRORS, Call, Column, Expr, Literal, _any, _apply
 
-_FLIP = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq_null_safe": "eq_null_safe"}
+_FLIP = {
+    "eq": "eq",
+    "ne": "ne",
+    "lt": "gt",
+    "le": "ge",
+    "gt": "lt",
+    "ge": "le",
+    "eq_null_safe": "eq_null_safe",
+}
 _NEGATE = {"eq": "ne", "ne": "eq", "lt": "ge", "le": "gt", "gt": "le", "ge": "lt"}
 _TICKS_PER_MS = {"s": 1, "ms": 1, "us": 1000, "ns": 1_000_000}  # "s": widen by a whole second
 _FALSE = pa.scalar(False)

@@ -23,7 +23,6 @@ import pyarrow as pa
 from eventlog import expressions as ex
 from eventlog.actions import ActionDecodeError, Metadata, decode_commit
 from eventlog.checkpoint import CheckpointState, find_latest_checkpoint, read_checkpoint, write_checkpoint
-from eventlog.datafiles import read_data_files
 from eventlog.errors import (
     CorruptLogError,
     InvalidInputError,
@@ -44,6 +43,7 @@ from eventlog.operations import (
 from eventlog.protocol import check_readable, protocol_for
 from eventlog.pruning import prune_files
 from eventlog.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from eventlog.scan import read_live_rows
 from eventlog.schema import canonical_schema, conform, to_spark_schema_json
 from eventlog.snapshot import Commit, Snapshot
 from eventlog.storage import LogStore
@@ -600,7 +600,7 @@ class Table:
             for col in columns:
                 if col not in snap.schema.names:
                     raise ex_unknown(col, snap.schema, "columns")
-        return read_data_files(
+        return read_live_rows(
             self.log.fs,
             self.log.root,
             files,

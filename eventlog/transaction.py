@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 import pyarrow as pa
+from pyroaring import AbstractBitMap64, BitMap64, FrozenBitMap64
 
 from eventlog import expressions as ex
 from eventlog import operations
@@ -38,6 +39,7 @@ from eventlog.actions import (
     Action,
     AddFile,
     CommitInfo,
+    DeletionVectorDescriptor,
     DomainMetadata,
     Metadata,
     Protocol,
@@ -47,6 +49,7 @@ from eventlog.actions import (
 )
 from eventlog.conflicts import ReadSet, TransactionSummary, WinningCommit, check_conflicts
 from eventlog.datafiles import delete_files
+from eventlog.deletion_vectors import dv_file_path, write_deletion_vectors
 from eventlog.errors import (
     CommitFailedError,
     CommitStateUnknownError,
@@ -56,7 +59,9 @@ from eventlog.errors import (
 )
 from eventlog.isolation import IsolationLevel, effective_isolation_level
 from eventlog.merge import MergeBuilder
-from eventlog.pruning import prune_files
+from eventlog.pruning import data_schema, prune_files
+from eventlog.rowlevel import CompactionSource, DvUpdate
+from eventlog.scan import file_deletes
 from eventlog.schema import from_spark_schema_json
 from eventlog.snapshot import Commit, Snapshot
 from lockstore import SlotClaim, SlotStoreUnavailableError, default_owner
@@ -67,6 +72,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("eventlog.commit")
 
 ENGINE_INFO = "eventlog/0.1.0"
+DV_PROPERTY = "delta.enableDeletionVectors"
+
+
+def dv_relative_path(dv: DeletionVectorDescriptor) -> str:
+    """Table-relative path of a ``u`` deletion vector file (for cleanup)."""
+    return dv_file_path("", dv).lstrip("/")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -106,6 +117,10 @@ class Transaction:
         self._changes_data = True
         self._skip = False
         self._fail_on_any_winner = False
+        self._full_predicates: list[ex.Expr] = []
+        self._dv_updates: dict[str, DvUpdate] = {}
+        self._pending_deletes: dict[str, tuple[AddFile, FrozenBitMap64, FrozenBitMap64, int]] = {}
+        self._compaction: list[CompactionSource] = []
         self.user_metadata: str | None = None
         self._state = "open"
 
@@ -166,6 +181,7 @@ class Transaction:
         """Declare a dependency on the whole table (any concurrent add or remove conflicts)."""
         self._whole_table = True
         self._predicates.append(ex.TRUE)
+        self._full_predicates.append(ex.TRUE)
 
     def scan(self, predicate: ex.Expr | str | None = None) -> list[AddFile]:
         """Live files that may hold rows matching ``predicate``; records the read.
@@ -180,6 +196,7 @@ class Transaction:
             return []
         pred = self.parse_predicate(predicate) if isinstance(predicate, str) else predicate
         files: list[AddFile] = list(self.snapshot.add_files)
+        self._full_predicates.append(pred if pred is not None else ex.TRUE)
         if pred is None:
             self._predicates.append(ex.TRUE)
         else:
@@ -246,6 +263,46 @@ class Transaction:
         self.set_app_transaction(app_id, version)
         return True
 
+    @property
+    def deletion_vectors_enabled(self) -> bool:
+        return self.metadata.configuration.get(DV_PROPERTY) == "true"
+
+    def delete_rows(
+        self, add: AddFile, positions: Iterable[int], current: FrozenBitMap64, num_rows: int
+    ) -> None:
+        """Mark physical rows of a live file deleted (written as a DV by :meth:`flush_deletes`)."""
+        self._require_open()
+        prior = self._pending_deletes.get(add.path)
+        base = prior[1] if prior else current
+        deleted = FrozenBitMap64((prior[2] if prior else current) | BitMap64(int(p) for p in positions))
+        self._pending_deletes[add.path] = (add, base, deleted, num_rows)
+
+    def flush_deletes(self) -> None:
+        """Stage the pending row deletes: one DV file for the commit, remove+add per file.
+
+        A file whose every row is deleted is simply removed.
+        """
+        pending = list(self._pending_deletes.values())
+        self._pending_deletes.clear()
+        now = _now_ms()
+        partial = [p for p in pending if len(p[2]) < p[3]]
+        descriptors = write_deletion_vectors(self.table.log.fs, self.table.log.root, [p[2] for p in partial])
+        if descriptors:
+            self._created.append(dv_relative_path(descriptors[0]))
+        by_path = {p[0].path: d for p, d in zip(partial, descriptors, strict=True)}
+        for add, base, deleted, num_rows in pending:
+            self._removes.append(add.remove(now))
+            dv = by_path.get(add.path)
+            if dv is not None:
+                self._adds.append(
+                    dataclasses.replace(add, deletion_vector=dv, data_change=True, modification_time=now)
+                )
+            self._dv_updates[add.path] = DvUpdate(add.path, num_rows, add.key[1], base, deleted)
+
+    def record_compaction(self, sources: Sequence[CompactionSource]) -> None:
+        """Declare where compacted files' rows went (lets row-level resolution remap them)."""
+        self._compaction.extend(sources)
+
     def set_domain_metadata(self, domain: str, configuration: str, *, removed: bool = False) -> None:
         self._require_open()
         self._domains[domain] = DomainMetadata(domain, configuration, removed)
@@ -307,6 +364,20 @@ class Transaction:
             self._state = "aborted"
         self._cleanup_data_files()
 
+    def drop_unreferenced(self, final_adds: Sequence[AddFile]) -> None:
+        """Delete files this transaction wrote that its final commit does not reference
+        (row-level resolution can drop a compaction or replace a DV file by an inline DV)."""
+        used = {a.path for a in final_adds}
+        used |= {
+            dv_relative_path(a.deletion_vector)
+            for a in final_adds
+            if a.deletion_vector is not None and a.deletion_vector.storage_type == "u"
+        }
+        unused = [p for p in self._created if p not in used]
+        self._created = []
+        if unused:
+            delete_files(self.table.log.fs, self.table.log.root, unused)
+
     def _cleanup_data_files(self) -> None:
         if self._created:
             delete_files(self.table.log.fs, self.table.log.root, self._created)
@@ -356,6 +427,7 @@ class Transaction:
                 files=dict(self._read_files),
                 whole_table=self._whole_table,
                 app_ids=frozenset(self._app_ids),
+                predicates=tuple(self._full_predicates),
             ),
             isolation_level=level,
             is_blind_append=is_blind_append,
@@ -363,7 +435,21 @@ class Transaction:
             protocol=self._protocol,
             removes=tuple(self._removes),
             domains=tuple(self._domains.values()),
+            adds=tuple(self._adds),
+            row_level=self._row_level(),
+            data_schema=data_schema(self.schema, self.metadata.partition_columns),
+            dv_updates=dict(self._dv_updates),
+            compaction=tuple(self._compaction),
             fail_on_any_winner=self._fail_on_any_winner,
+        )
+
+    def _row_level(self) -> bool:
+        """Row-level concurrency applies to DV-enabled tables without partition columns."""
+        snap = self.snapshot
+        return (
+            snap is not None
+            and snap.metadata.configuration.get(DV_PROPERTY) == "true"
+            and not snap.partition_columns
         )
 
     def commit(self) -> CommitResult:
@@ -423,7 +509,9 @@ class _CommitLoop:
                 if latest > checked:
                     winners = table.commits_between(checked + 1, latest)
                     for commit in winners:
-                        self.summary = check_conflicts(self.summary, WinningCommit.of(commit))
+                        winner = WinningCommit.of(commit, self._winner_bitmaps(commit))
+                        self.summary = check_conflicts(self.summary, winner)
+                    data = self._rebuild_if_rebased(data)
                     data = self._rebase_timestamp(winners, data)
                     checked = latest
                 version = latest + 1
@@ -459,6 +547,30 @@ class _CommitLoop:
             log_store.delete_staged(self.staged_name)
             raise
 
+    def _winner_bitmaps(self, commit: Commit) -> dict[str, AbstractBitMap64]:
+        """DV bitmaps of a winner's files that row-level resolution compares with ours."""
+        summary = self.summary
+        if not summary.row_level:
+            return {}
+        interest = set(summary.dv_updates) | {c.path for c in summary.compaction}
+        fs, root = self.table.log.fs, self.table.log.root
+        out: dict[str, AbstractBitMap64] = {}
+        for add in commit.adds:
+            if add.deletion_vector is not None and add.path in interest:
+                out[add.path] = file_deletes(fs, root, add)
+        return out
+
+    def _rebuild_if_rebased(self, data: bytes) -> bytes:
+        """Row-level resolution may rewrite this commit's adds and removes: re-stage it."""
+        files = [a for a in self.body if isinstance(a, (AddFile, RemoveFile))]
+        if files == [*self.summary.removes, *self.summary.adds]:
+            return data
+        others = [a for a in self.body if not isinstance(a, (AddFile, RemoveFile))]
+        self.body = [*others, *self.summary.removes, *self.summary.adds]
+        data = self._bytes()
+        self.table.log.stage(self.staged_name, data)
+        return data
+
     def _rebase_timestamp(self, winners: Sequence[Commit], data: bytes) -> bytes:
         """Keep commit timestamps increasing with versions (what time travel relies on)."""
         latest_ts = max((c.timestamp or 0 for c in winners), default=0)
@@ -485,6 +597,7 @@ class _CommitLoop:
         table = self.table
         table.publish_claimed(version, self.staged_name, data, self.txn.txn_id)
         table.log.delete_staged(self.staged_name)
+        self.txn.drop_unreferenced(self.summary.adds)
         commit = Commit(version, (self.info, *self.body))
         table.note_committed(commit)
         return CommitResult(

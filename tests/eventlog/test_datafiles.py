@@ -129,7 +129,14 @@ def test_write_read_round_trip(
         (pa.string(), ["a b", "é/ü", None]),
         (pa.bool_(), [True, False, None]),
         (pa.date32(), [dt.date(2024, 1, 1), dt.date(1900, 12, 31), None]),
-        (pa.timestamp("us", tz="UTC"), [dt.datetime(2024, 1, 1, 0, 0, 0, 1, tzinfo=UTC), None, None]),
+        (
+            pa.timestamp("us", tz="UTC"),
+            [
+                dt.datetime(2024, 1, 1, 0, 0, 0, 1, tzinfo=UTC),
+                dt.datetime(1999, 12, 31, 23, 59, 59, tzinfo=UTC),
+                None,
+            ],
+        ),
         (pa.timestamp("us"), [dt.datetime(2024, 5, 6, 7, 8, 9), dt.datetime(1970, 1, 1), None]),
         (pa.binary(), [b"\x00\x01", b"a=b/c", None]),
     ],

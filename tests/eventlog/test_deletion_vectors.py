@@ -9,7 +9,9 @@ import struct
 import time
 import uuid
 import zlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import fsspec
 import numpy as np
@@ -17,9 +19,10 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from pyroaring import BitMap, BitMap64
+from pyroaring import BitMap, BitMap64, FrozenBitMap64
 
 from eventlog.actions import (
+    Action,
     AddFile,
     CommitInfo,
     DeletionVectorDescriptor,
@@ -79,6 +82,7 @@ def test_round_trip_one_million_random_rows() -> None:
 def test_serialize_accepts_all_bitmap_kinds() -> None:
     expected = serialize_bitmap(BitMap64([1, 3, 7]))
     assert serialize_bitmap(BitMap([7, 3, 1])) == expected
+    assert serialize_bitmap(FrozenBitMap64([7, 3, 1])) == expected
     assert serialize_bitmap(iter([7, 3, 1, 3])) == expected
     assert serialize_bitmap(np.array([7, 1, 3], dtype=np.int32)) == expected
 
@@ -144,7 +148,8 @@ def test_bad_magic_and_truncation_raise_corrupt_log_error() -> None:
     for cut in (0, 3, 11, 20, len(data) - 1):
         with pytest.raises(CorruptLogError) as info:
             deserialize_bitmap(data[:cut], uri="memory://t")
-        assert info.value.uri == "memory://t" and info.value.version is None
+        err: Any = info.value  # fields are set dynamically by EventlogError
+        assert err.uri == "memory://t" and err.version is None
 
 
 # --------------------------------------------------------------------------- files
@@ -215,6 +220,10 @@ def test_size_version_cardinality_and_missing_file_checks(tmp_path: Path) -> Non
         read_deletion_vector(LOCAL, root, dataclasses.replace(dv, size_in_bytes=dv.size_in_bytes + 1))
     with pytest.raises(CorruptLogError, match="rows"):
         read_deletion_vector(LOCAL, root, dataclasses.replace(dv, cardinality=4))
+    with pytest.raises(CorruptLogError, match="offset"):
+        read_deletion_vector(LOCAL, root, dataclasses.replace(dv, offset=0))
+    with pytest.raises(CorruptLogError, match="sizeInBytes"):
+        read_deletion_vector(LOCAL, root, dataclasses.replace(dv, size_in_bytes=-8))
     path = Path(dv_file_path(root, dv))
     raw = path.read_bytes()
     path.write_bytes(raw[:-3])
@@ -312,7 +321,9 @@ SCHEMA_STRING = orjson.dumps(
 ).decode()
 
 
-def _dv_table(root: Path, make_dv: object, deleted: list[int]) -> None:
+def _dv_table(
+    root: Path, make_dv: Callable[[list[int]], DeletionVectorDescriptor], deleted: list[int]
+) -> None:
     """Version 0: one 10-row file; version 1: the same file re-added with a deletion vector."""
     data = pa.table({"id": pa.array(range(10), pa.int64()), "name": [f"n{i}" for i in range(10)]})
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
@@ -323,7 +334,7 @@ def _dv_table(root: Path, make_dv: object, deleted: list[int]) -> None:
     add = AddFile(name, {}, size, now, True, stats)
     log = root / "_delta_log"
     log.mkdir()
-    v0 = [
+    v0: list[Action] = [
         CommitInfo(now, "CREATE TABLE"),
         Protocol(3, 7, ("deletionVectors",), ("deletionVectors",)),
         Metadata(
@@ -332,9 +343,13 @@ def _dv_table(root: Path, make_dv: object, deleted: list[int]) -> None:
         add,
     ]
     (log / "00000000000000000000.json").write_bytes(encode_commit(v0))
-    dv = make_dv(deleted)  # type: ignore[operator]
+    dv = make_dv(deleted)
     remove = RemoveFile(name, now + 1, True, True, {}, size, stats)
-    v1 = [CommitInfo(now + 1, "DELETE", read_version=0), remove, dataclasses.replace(add, deletion_vector=dv)]
+    v1: list[Action] = [
+        CommitInfo(now + 1, "DELETE", read_version=0),
+        remove,
+        dataclasses.replace(add, deletion_vector=dv),
+    ]
     (log / "00000000000000000001.json").write_bytes(encode_commit(v1))
 
 

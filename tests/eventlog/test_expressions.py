@@ -266,8 +266,16 @@ def test_evaluate_errors() -> None:
     ("sql", "column_type", "literal"),
     [
         ("c < '2010-01-01'", pa.date32(), Literal(D(2010, 1, 1), pa.date32())),
-        ("c = '2020-01-01 10:00:00'", pa.timestamp("us", "UTC"), Literal(dt.datetime(2020, 1, 1, 10, tzinfo=UTC))),
-        ("c = '2020-01-01T12:00:00+02:00'", pa.timestamp("ns", "UTC"), Literal(dt.datetime(2020, 1, 1, 10, tzinfo=UTC))),
+        (
+            "c = '2020-01-01 10:00:00'",
+            pa.timestamp("us", "UTC"),
+            Literal(dt.datetime(2020, 1, 1, 10, tzinfo=UTC)),
+        ),
+        (
+            "c = '2020-01-01T12:00:00+02:00'",
+            pa.timestamp("ns", "UTC"),
+            Literal(dt.datetime(2020, 1, 1, 10, tzinfo=UTC)),
+        ),
         ("c = '2020-01-01'", pa.timestamp("us"), Literal(dt.datetime(2020, 1, 1), pa.timestamp("us"))),
         ("c = '10.5'", pa.decimal128(10, 2), Literal(Decimal("10.50"), pa.decimal128(10, 2))),
         ("c = '10.555'", pa.decimal128(10, 2), Literal(Decimal("10.555"), pa.decimal128(5, 3))),
@@ -284,7 +292,11 @@ def test_evaluate_errors() -> None:
         ("c = 9223372036854775808", pa.decimal128(20, 0), Literal(Decimal(2**63), pa.decimal128(19, 0))),
         ("c = DATE '2020-02-29'", pa.date32(), Literal(D(2020, 2, 29))),
         ("c = CAST('7' AS TINYINT)", pa.int8(), Literal(7, pa.int8())),
-        ("c = CAST(1.005 AS DECIMAL(5,2))", pa.decimal128(5, 2), Literal(Decimal("1.01"), pa.decimal128(5, 2))),
+        (
+            "c = CAST(1.005 AS DECIMAL(5,2))",
+            pa.decimal128(5, 2),
+            Literal(Decimal("1.01"), pa.decimal128(5, 2)),
+        ),
         ("c = X'0aFF'", pa.binary(), Literal(b"\x0a\xff")),
     ],
 )
@@ -347,7 +359,12 @@ def test_exact_case_wins_and_ambiguous_case() -> None:
 
 @pytest.mark.parametrize(
     ("sql", "column"),
-    [("nope = 1", "nope"), ("id = 1 AND Other > 2", "Other"), ("s.missing = 1", "s.missing"), ("x.y = 1", "x.y")],
+    [
+        ("nope = 1", "nope"),
+        ("id = 1 AND Other > 2", "Other"),
+        ("s.missing = 1", "s.missing"),
+        ("x.y = 1", "x.y"),
+    ],
 )
 def test_unknown_column(sql: str, column: str) -> None:
     with pytest.raises(UnknownColumnError) as info:
@@ -398,7 +415,9 @@ def test_predicate_errors(sql: str, fragment: str) -> None:
 
 def test_parse_expression_types_and_errors() -> None:
     assert parse_expression("id + 1", SCHEMA) == Call("add", (Column("id"), Literal(1)))
-    assert parse_expression("CAST(id AS INT)", SCHEMA) == Call("cast", (Column("id"), Literal(None, pa.int32())))
+    assert parse_expression("CAST(id AS INT)", SCHEMA) == Call(
+        "cast", (Column("id"), Literal(None, pa.int32()))
+    )
     assert parse_expression("CAST(NULL AS DATE)", SCHEMA) == Literal(None, pa.date32())
     assert parse_expression("'x'", SCHEMA) == Literal("x")
     with pytest.raises(PredicateError) as info:
@@ -464,7 +483,9 @@ def test_tree_utilities() -> None:
     assert conjoin([]) == TRUE
     assert TRUE == Literal(True, pa.bool_())
     assert conjoin([TRUE, Column("flag")]) == Column("flag")
-    assert conjoin(conjuncts(e)) == parse_predicate("part = 1 AND year > 2019 AND name = 'a' AND id IS NULL", SCHEMA)
+    assert conjoin(conjuncts(e)) == parse_predicate(
+        "part = 1 AND year > 2019 AND name = 'a' AND id IS NULL", SCHEMA
+    )
     assert referenced_columns(TRUE) == set()
 
 
@@ -618,7 +639,9 @@ def test_to_sql_of_constructed_literals() -> None:
     cases = {
         Literal(5, pa.int16()): "CAST(5 AS SMALLINT)",
         Literal(Decimal("1E+2")): "CAST(100 AS DECIMAL(3,0))",
-        Literal(dt.datetime(2020, 1, 1, 3, tzinfo=dt.timezone(dt.timedelta(hours=3)))): "TIMESTAMP '2020-01-01 00:00:00'",
+        Literal(
+            dt.datetime(2020, 1, 1, 3, tzinfo=dt.timezone(dt.timedelta(hours=3)))
+        ): "TIMESTAMP '2020-01-01 00:00:00'",
         Literal(b"\x01"): "X'01'",
         Literal(None, pa.string()): "CAST(NULL AS STRING)",
         Literal(float("nan")): "CAST('NaN' AS DOUBLE)",
@@ -654,7 +677,10 @@ def test_to_sql_of_constructed_literals() -> None:
 def test_to_arrow_matches_evaluate(sql: str) -> None:
     expr = parse_predicate(sql, SCHEMA)
     filtered = TABLE.filter(to_arrow(expr))
-    assert filtered.column("year").to_pylist() == TABLE.filter(evaluate_mask(expr, TABLE)).column("year").to_pylist()
+    assert (
+        filtered.column("year").to_pylist()
+        == TABLE.filter(evaluate_mask(expr, TABLE)).column("year").to_pylist()
+    )
 
 
 def test_to_arrow_with_resolve() -> None:
@@ -745,7 +771,9 @@ def test_may_match_boolean_column_and_timestamps() -> None:
             "nullCount.flag": pa.array([0, 0, None], pa.int64()),
             # ms-truncated statistics, as Delta writes them
             "min.ts": pa.array([dt.datetime(2020, 1, 1, tzinfo=UTC)] * 3, pa.timestamp("ms", "UTC")),
-            "max.ts": pa.array([dt.datetime(2020, 1, 1, 0, 0, 0, 123000, tzinfo=UTC)] * 3, pa.timestamp("ms", "UTC")),
+            "max.ts": pa.array(
+                [dt.datetime(2020, 1, 1, 0, 0, 0, 123000, tzinfo=UTC)] * 3, pa.timestamp("ms", "UTC")
+            ),
         }
     )
     assert may_match(parse_predicate("flag", SCHEMA), stats) == [True, False, True]

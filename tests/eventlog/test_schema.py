@@ -462,7 +462,7 @@ def test_partition_values_table_is_typed() -> None:
             ("f", pa.float64()),
         ]
     )
-    values = [
+    values: list[dict[str, str | None]] = [
         {"i": "1", "d": "2024-01-01", "ts": "2024-01-01 00:00:00.000001", "s": "x", "b": "\x00", "f": "NaN"},
         {"i": None, "d": "", "ts": None, "s": "", "b": None, "f": "-Infinity"},
         {},
