@@ -19,6 +19,18 @@ decides which exception a user sees, so it is part of the contract:
 
 Among the file checks, append beats delete-read, which beats delete-delete: two
 ``replaceWhere`` writes on one partition fail the second with ConcurrentAppend.
+
+Tables with deletion vectors enabled and no partition columns use row-level concurrency
+(the Databricks contract) instead of steps 5-7:
+
+5'. resolve changes to different rows of shared files (:mod:`eventlog.rowlevel`): merge
+    the two deletion vectors, or carry deletes across a concurrent compaction;
+6'. new rows the winner wrote that this transaction's predicates may match (file
+    statistics) -> ConcurrentAppendException; DV re-adds and compaction outputs carry no
+    new rows and are skipped;
+7'. files this transaction removes that the winner removed and resolution could not
+    reconcile (the same row changed twice, or a Z-order rewrite) -> ConcurrentDeleteRead
+    (a file it read) or ConcurrentDeleteDelete.
 """
 
 from __future__ import annotations

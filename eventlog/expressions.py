@@ -38,7 +38,6 @@ from sqlglot.errors import SqlglotError
 
 from eventlog.errors import PredicateError, UnknownColumnError
 
-
 # --------------------------------------------------------------------------- nodes
 
 
@@ -391,10 +390,10 @@ class _Parser:
         if not isinstance(self.sql, str):
             raise PredicateError(f"{self.context} must be a SQL string", expression=repr(self.sql))
         try:
-            trees = [t for t in sqlglot.parse(self.sql, dialect="spark") if t is not None]
+            trees = [tree for tree in sqlglot.parse(self.sql, dialect="spark") if tree is not None]
         except SqlglotError as e:
             self.fail(f"cannot parse ({str(e).splitlines()[0]})")
-        if len(trees) != 1:
+        if len(trees) != 1 or not isinstance(trees[0], exp.Expression):
             self.fail("expected exactly one expression")
         return self.node(trees[0])
 
@@ -441,7 +440,7 @@ class _Parser:
         if type(n) in _STRING_FUNCS:
             arg, t = self.node(n.this)
             if _kind(t) not in ("string", "null"):
-                self.fail(f"{n.sql_name()} needs a string argument, got {t}")
+                self.fail(f"{type(n).__name__.upper()} needs a string argument, got {t}")
             return Call(_STRING_FUNCS[type(n)], (arg,)), pa.string()
         if isinstance(n, exp.Abs):
             arg, t = self.numeric(n.this, "ABS")
@@ -1045,10 +1044,10 @@ def _explicit_casts(e: Expr, column_type: Callable[[Column], pa.DataType | None]
         common = _BOOL
     elif mixed and None not in types:
         for t in types:
-            common = _common_type(common, t) if _comparable(common, t) else pa.null()
-            if common is None or pa.types.is_null(common) and _kind(t) != "null":
+            if not _comparable(common, t):
                 common = None  # incompatible: leave it to Arrow (and its error)
                 break
+            common = _common_type(common, t)
         common = pa.int64() if common is not None and pa.types.is_null(common) else common
     decimal = mixed and "decimal" in {_kind(t) for t in types}
     for i, (a, t) in enumerate(zip(args, types, strict=True)):
@@ -1079,10 +1078,26 @@ def _explicit_casts(e: Expr, column_type: Callable[[Column], pa.DataType | None]
 class _ExpressionLowering(_Lowering):
     """The same lowering onto ``pyarrow.compute.Expression`` (types unknown until bound)."""
 
+    def __init__(self, resolve: Callable[[Column], str] | None, schema: pa.Schema | None) -> None:
+        super().__init__(None, resolve)
+        self.schema = schema
+
     def column(self, col: Column) -> Any:
         name = self.name(col)
-        # A dotted name is taken as a struct path; pass ``resolve`` for top-level dotted names.
-        return pc.field(*name.split(".")) if "." in name and self.resolve is None else pc.field(name)
+        if "." in name and (self.schema is None or name not in self.schema.names):
+            return pc.field(*name.split("."))  # a struct path, unless the schema has that name
+        return pc.field(name)
+
+    def column_type(self, col: Column) -> pa.DataType | None:
+        name = self.name(col)
+        if self.schema is None or name in self.schema.names:
+            return None if self.schema is None else self.schema.field(name).type
+        t: Any = pa.struct(list(self.schema))
+        for part in name.split("."):
+            if not pa.types.is_struct(t) or t.get_field_index(part) < 0:
+                return None
+            t = t.field(part).type
+        return t
 
     def literal(self, lit: Literal) -> Any:
         return pc.scalar(super().literal(lit))
@@ -1146,22 +1161,8 @@ def to_arrow(
     the data the filter is bound to) lets integer columns meet DECIMAL operands
     (``qty * price > 10``); without it, only literals are typed.
     """
-    lowering = _ExpressionLowering(None, resolve)
-
-    def column_type(col: Column) -> pa.DataType | None:
-        if schema is None:
-            return None
-        name = lowering.name(col)
-        if name in schema.names:
-            return schema.field(name).type
-        t: Any = pa.struct(list(schema))
-        for part in name.split("."):
-            if not pa.types.is_struct(t) or t.get_field_index(part) < 0:
-                return None
-            t = t.field(part).type
-        return t
-
-    typed, _ = _explicit_casts(expr, column_type)
+    lowering = _ExpressionLowering(resolve, schema)
+    typed, _ = _explicit_casts(expr, lowering.column_type)
     out = lowering.run(Literal(None, _BOOL) if typed == Literal(None) else typed)
     return out if isinstance(out, pc.Expression) else pc.scalar(out)
 

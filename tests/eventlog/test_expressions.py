@@ -683,6 +683,23 @@ def test_to_arrow_matches_evaluate(sql: str) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "small * price > 20",
+        "id % price > 0.5 OR COALESCE(NULL, id) = 1",
+        "price IN (small, 2) AND id <=> NULL IS NOT NULL",
+        "NULL",
+        "NOT (NULL AND flag)",
+        "s.inner + 1 > 2",
+    ],
+)
+def test_to_arrow_with_schema_matches_evaluate(sql: str) -> None:
+    expr = parse_predicate(sql, SCHEMA)
+    expected = TABLE.filter(evaluate_mask(expr, TABLE)).column("year").to_pylist()
+    assert TABLE.filter(to_arrow(expr, schema=SCHEMA)).column("year").to_pylist() == expected
+
+
 def test_to_arrow_with_resolve() -> None:
     expr = parse_predicate("t.id > 1", TARGET, qualifiers=QUALIFIERS)
     table = pa.table({"tid": [1, 2, 3]})

@@ -123,8 +123,22 @@ CASES: list[tuple[str, Op, Op, str, type[Exception] | None, dict[int, int]]] = [
     ("update/update other rows", update("id = 1"), update("id = 2"), WS, None, BASE | {1: 1001, 2: 1002}),
     ("delete/update other rows", delete("id = 1"), update("id = 2"), SER, None, BASE | {1: -1, 2: 1002}),
     ("merge/merge other rows", merge(1), merge(2), WS, None, BASE | {1: 2001, 2: 2002}),
-    ("delete/delete same row", delete("id = 1"), delete("id = 1"), WS, DeltaConcurrentModificationException, {}),
-    ("update/delete same row", update("id = 3"), delete("id = 3"), WS, DeltaConcurrentModificationException, {}),
+    (
+        "delete/delete same row",
+        delete("id = 1"),
+        delete("id = 1"),
+        WS,
+        DeltaConcurrentModificationException,
+        {},
+    ),
+    (
+        "update/delete same row",
+        update("id = 3"),
+        delete("id = 3"),
+        WS,
+        DeltaConcurrentModificationException,
+        {},
+    ),
     ("merge w/o target predicate", merge(1, False), merge(2, False), WS, ConcurrentAppendException, {}),
     ("optimize after insert", insert(10), optimize(), WS, None, {**BASE, 10: 10}),
     ("optimize after dml", delete("id = 1"), optimize(), WS, None, BASE | {1: -1}),
@@ -137,7 +151,9 @@ CASES: list[tuple[str, Op, Op, str, type[Exception] | None, dict[int, int]]] = [
 ]
 
 
-@pytest.mark.parametrize(("first", "second", "level", "expected", "after"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("first", "second", "level", "expected", "after"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
 def test_row_level_matrix(
     local_uri: str, first: Op, second: Op, level: str, expected: type[Exception] | None, after: dict[int, int]
 ) -> None:
