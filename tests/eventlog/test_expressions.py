@@ -32,7 +32,7 @@ from eventlog.expressions import (
     to_sql,
 )
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 D = dt.date
 SCHEMA = pa.schema(
     [
@@ -77,6 +77,11 @@ ROWS: dict[str, list[Any]] = {
     ],
 }
 TABLE = pa.Table.from_pydict(ROWS, schema=SCHEMA)
+
+
+def _fields(info: pytest.ExceptionInfo[Exception]) -> Any:
+    """The raised error, whose structured fields (``.column``...) errors.py sets dynamically."""
+    return info.value
 
 
 def mask(sql: str, table: pa.Table = TABLE) -> list[bool]:
@@ -191,7 +196,7 @@ def test_expression_values(sql: str, expected: list[Any]) -> None:
     got = values(sql)
     assert len(got) == len(expected)
     for g, e in zip(got, expected, strict=True):
-        assert g == e and type(g) is type(e) or (isinstance(e, Decimal) and g == e)
+        assert (g == e and type(g) is type(e)) or (isinstance(e, Decimal) and g == e)
 
 
 THREE = pa.table(
@@ -247,14 +252,14 @@ def test_evaluate_with_resolve_for_qualified_columns() -> None:
 def test_evaluate_errors() -> None:
     with pytest.raises(UnknownColumnError) as info:
         evaluate(Column("nope"), TABLE)
-    assert info.value.column == "nope"
-    assert info.value.available == SCHEMA.names
+    assert _fields(info).column == "nope"
+    assert _fields(info).available == SCHEMA.names
     with pytest.raises(PredicateError) as err:
         evaluate(parse_expression("CAST(name AS INT)", SCHEMA), TABLE)
-    assert err.value.expression == "CAST(name AS INT)"
+    assert _fields(err).expression == "CAST(name AS INT)"
     with pytest.raises(PredicateError) as err:
         evaluate(parse_expression("id * 9223372036854775807", SCHEMA), TABLE)
-    assert err.value.expression == "id * 9223372036854775807"
+    assert _fields(err).expression == "id * 9223372036854775807"
     with pytest.raises(PredicateError):
         evaluate_mask(parse_expression("id + 1", SCHEMA), TABLE)
 
@@ -327,7 +332,7 @@ def test_literal_coercion(sql: str, column_type: pa.DataType, literal: Literal) 
 def test_unconvertible_literals(sql: str, column_type: pa.DataType, fragment: str) -> None:
     with pytest.raises(PredicateError) as info:
         parse_predicate(sql, pa.schema([("c", column_type)]))
-    assert info.value.expression == sql
+    assert _fields(info).expression == sql
     assert fragment in str(info.value)
 
 
@@ -353,7 +358,7 @@ def test_exact_case_wins_and_ambiguous_case() -> None:
     assert parse_predicate("B.C = 1", schema) == Call("eq", (Column("b.c"), Literal(1)))
     with pytest.raises(PredicateError) as info:
         parse_predicate("Ab = 1", schema)
-    assert info.value.expression == "Ab = 1"
+    assert _fields(info).expression == "Ab = 1"
     assert "ambiguous column 'Ab'" in str(info.value)
 
 
@@ -369,9 +374,9 @@ def test_exact_case_wins_and_ambiguous_case() -> None:
 def test_unknown_column(sql: str, column: str) -> None:
     with pytest.raises(UnknownColumnError) as info:
         parse_predicate(sql, SCHEMA, context="DELETE")
-    assert info.value.column == column
-    assert info.value.available == SCHEMA.names
-    assert info.value.context == "DELETE"
+    assert _fields(info).column == column
+    assert _fields(info).available == SCHEMA.names
+    assert _fields(info).context == "DELETE"
     assert "DELETE" in str(info.value)
 
 
@@ -409,7 +414,7 @@ def test_unknown_column(sql: str, column: str) -> None:
 def test_predicate_errors(sql: str, fragment: str) -> None:
     with pytest.raises(PredicateError) as info:
         parse_predicate(sql, SCHEMA)
-    assert info.value.expression == sql
+    assert _fields(info).expression == sql
     assert fragment.lower() in str(info.value).lower()
 
 
@@ -422,7 +427,7 @@ def test_parse_expression_types_and_errors() -> None:
     assert parse_expression("'x'", SCHEMA) == Literal("x")
     with pytest.raises(PredicateError) as info:
         parse_expression("id +", SCHEMA, context="UPDATE SET")
-    assert info.value.expression == "id +"
+    assert _fields(info).expression == "id +"
     assert "UPDATE SET" in str(info.value)
 
 
@@ -459,11 +464,11 @@ def test_merge_ambiguous_and_unknown() -> None:
     with pytest.raises(PredicateError) as info:
         parse_predicate("id = 1", TARGET, qualifiers=QUALIFIERS, context="merge ON")
     assert "ambiguous" in str(info.value)
-    assert info.value.expression == "id = 1"
+    assert _fields(info).expression == "id = 1"
     with pytest.raises(UnknownColumnError) as unknown:
         parse_predicate("t.new_value = 'a'", TARGET, qualifiers=QUALIFIERS)
-    assert unknown.value.column == "t.new_value"
-    assert unknown.value.available == [
+    assert _fields(unknown).column == "t.new_value"
+    assert _fields(unknown).available == [
         "t.id",
         "t.date",
         "t.value",
@@ -481,7 +486,7 @@ def test_tree_utilities() -> None:
     assert [to_sql(c) for c in conjuncts(e)] == ["part = 1", "year > 2019", "name = 'a'", "id IS NULL"]
     assert referenced_columns(e) == {Column("part"), Column("year"), Column("name"), Column("id")}
     assert conjoin([]) == TRUE
-    assert TRUE == Literal(True, pa.bool_())
+    assert Literal(True, pa.bool_()) == TRUE
     assert conjoin([TRUE, Column("flag")]) == Column("flag")
     assert conjoin(conjuncts(e)) == parse_predicate(
         "part = 1 AND year > 2019 AND name = 'a' AND id IS NULL", SCHEMA
