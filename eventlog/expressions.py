@@ -1001,18 +1001,33 @@ class _Lowering:
         return pc.divide(a, self.null_if_zero(b))
 
     def isin(self, value: Any, items: Sequence[Expr]) -> Any:
-        lits = [i for i in items if isinstance(i, Literal)]
-        types = {i.type for i in lits if i.value is not None}
-        if len(lits) == len(items) and len(types) == 1 and not isinstance(value, pa.Scalar):
-            # Fast path for long literal lists, with SQL semantics: NULL value -> NULL, and no
-            # match with a NULL in the list -> NULL (never TRUE).
-            (set_type,) = types
-            values = pa.array([i.value for i in lits if i.value is not None], set_type)
-            value, values = _unify(value, values)
-            null = pa.scalar(None, _BOOL)
-            hit = pc.if_else(pc.is_valid(value), pc.is_in(value, value_set=values), null)
-            return pc.if_else(hit, True, null) if len(values) < len(items) else hit
-        return _any([self.boolean(self.binary(pc.equal, value, self.run(i))) for i in items])
+        values = self.value_set(items) if not isinstance(value, pa.Scalar) else None
+        if values is None:
+            return _any([self.boolean(self.binary(pc.equal, value, self.run(i))) for i in items])
+        # is_in with SQL semantics: a NULL value gives NULL, and so does a miss when the list
+        # holds a NULL (so NOT IN never turns those rows TRUE)
+        value, values = self.unify_set(value, values)
+        null = pa.scalar(None, _BOOL)
+        hit = pc.if_else(pc.is_valid(value), pc.is_in(value, value_set=values), null)
+        return pc.if_else(hit, True, null) if len(values) < len(items) else hit
+
+    @staticmethod
+    def value_set(items: Sequence[Expr]) -> pa.Array | None:
+        """The non-NULL items as one array, if they are all literals of one kind."""
+        lits = [i for i in items if isinstance(i, Literal) and i.value is not None]
+        kinds = {_kind(i.type) for i in lits}
+        if len(kinds) != 1 or len(lits) != sum(isinstance(i, Literal) for i in items) != len(items):
+            return None
+        t: pa.DataType | None = None
+        for i in lits:
+            t = _common_type(t, i.type)
+        try:
+            return pa.array([i.value for i in lits], t)
+        except (pa.ArrowException, TypeError, ValueError):
+            return None
+
+    def unify_set(self, value: Any, values: pa.Array) -> tuple[Any, pa.Array]:
+        return _unify(value, values)
 
     def coalesce(self, args: list[Any]) -> Any:
         t: pa.DataType | None = None
@@ -1115,8 +1130,8 @@ class _ExpressionLowering(_Lowering):
         # compare in DOUBLE: Arrow cannot compare a DECIMAL(10,2) with a BIGINT 0 (zero stays zero)
         return pc.if_else(pc.equal(v.cast(_F64), pc.scalar(0.0)), pc.scalar(pa.scalar(None)), v)
 
-    def isin(self, value: Any, items: Sequence[Expr]) -> Any:
-        return _any([pc.equal(value, self.run(i)) for i in items])
+    def unify_set(self, value: Any, values: pa.Array) -> tuple[Any, pa.Array]:
+        return value, values  # is_in casts the value set when Arrow binds it
 
     def coalesce(self, args: list[Any]) -> Any:
         return pc.coalesce(*args)
