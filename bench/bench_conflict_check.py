@@ -9,14 +9,18 @@ simplest way to make one ordinary append produce exactly 1,000 real files); it s
 The *loser* is a DELETE of one partition (``date = '2024-01-05'``) planned at the current
 version; its summary is built the way the commit loop builds it: ``txn._prepare()`` then
 ``txn.summary(level, is_blind_append)``. Then another handle commits a *winner* with 1,000
-added files, all in the 29 other partitions (so no conflict is found and every check runs
+added files, none in the loser's partition (so no conflict is found and every check runs
 to the end), and the winning ``Commit`` is read back from the log by a fresh handle.
-Two winners:
+Three winners, each checked against a fresh loser:
 
-* A, blind append: ``t.append(1,000 rows)`` -- under WriteSerializable its adds are skipped
-* B, not blind:    ``t.overwrite(1,000 rows, replace_where="date <> '2024-01-05'")`` --
-                   1,000 adds checked against the loser's partition predicate, plus the
-                   removes (all files of the 29 partitions) checked against its read files
+* A, blind append:   ``t.append(1,000 rows)`` in the 29 other January partitions -- under
+                     WriteSerializable a blind append's adds are not checked at all
+* B, not blind:      ``t.overwrite(1,000 rows, replace_where="date >= '2024-02-01'")`` into
+                     29 new February partitions: 1,000 adds (isBlindAppend=false, no removes)
+                     checked against the loser's partition predicate
+* C, not blind, with removes: ``t.overwrite(1,000 rows, replace_where="date <> '2024-01-05'")``
+                     over the 29 other January partitions: 1,000 adds plus the removes of
+                     every file there, checked against the loser's predicate and read files
 
 Timed: ``check_conflicts(summary, WinningCommit.of(commit))`` (what the commit loop runs per
 winner), ``--iterations`` calls per run. Compared with the latency of full small commits on
@@ -92,10 +96,15 @@ def main() -> int:
         others = [d for d in DAYS if d != LOSER_DAY]
         winner_data = rows(WINNER_FILES, others, start=10_000)
 
+        feb = [dt.date(2024, 2, 1) + dt.timedelta(days=i) for i in range(29)]
+        feb_data = rows(WINNER_FILES, feb, start=20_000)
         scenarios = {
             "A: blind append": lambda w: w.append(winner_data),
-            "B: overwrite (not blind)": lambda w: w.overwrite(
-                winner_data, replace_where=f"date <> '{LOSER_DAY.isoformat()}'"
+            "B: overwrite, new partitions": lambda w: w.overwrite(
+                feb_data, replace_where="date >= '2024-02-01'"
+            ),
+            "C: overwrite with removes": lambda w: w.overwrite(
+                winner_data, replace_where=f"date <> '{LOSER_DAY.isoformat()}' AND date < '2024-02-01'"
             ),
         }
         check_stats: dict[str, Stat] = {}

@@ -11,8 +11,9 @@ rows or on typed partition values (:func:`evaluate`, :func:`evaluate_mask`), tur
 add sub mul div mod neg cast coalesce lower upper abs. ``in`` takes the value then the list
 items; ``like`` the value then a string Literal; ``cast`` the operand then
 ``Literal(None, target_type)``. BETWEEN becomes ``ge AND le``, ``x IS TRUE`` becomes
-``x <=> TRUE``, NOT LIKE / NOT IN / NOT BETWEEN become ``not(...)``. Casts and unary minus of
-literals are folded into typed literals, which is what makes ``to_sql`` round-trip exactly.
+``x <=> TRUE``, NOT LIKE / NOT IN / NOT BETWEEN / IS DISTINCT FROM become ``not(...)``.
+Casts and unary minus of literals are folded into typed literals, which is what makes
+``to_sql`` round-trip exactly.
 
 Semantics follow Spark SQL: three-valued logic; ``/`` yields DOUBLE (DECIMAL for decimals);
 ``/`` and ``%`` by zero yield NULL; integer overflow and failed casts are errors
@@ -409,6 +410,8 @@ class _Parser:
             return Call("not", (self.boolean(n.this),)), _BOOL
         if type(n) in _CMP_NODES:
             return self.compare(_CMP_NODES[type(n)], n.this, n.expression), _BOOL
+        if isinstance(n, exp.NullSafeNEQ):  # a IS DISTINCT FROM b
+            return Call("not", (self.compare("eq_null_safe", n.this, n.expression),)), _BOOL
         if isinstance(n, exp.Is):
             if isinstance(n.expression, exp.Null):
                 return Call("is_null", (self.node(n.this)[0],)), _BOOL
@@ -901,6 +904,29 @@ def _apply(fn: Callable[..., Any], a: Any, b: Any) -> Any:
         return fn(_cast_values(a, _F64), _cast_values(b, _F64))
 
 
+def _value_set(items: Sequence[Expr]) -> pa.Array | None:
+    """The non-NULL items of an IN list as one array, if they are all literals of one kind."""
+    lits = [i for i in items if isinstance(i, Literal)]
+    present = [i for i in lits if i.value is not None]
+    if len(lits) != len(items) or len({_kind(i.type) for i in present}) != 1:
+        return None
+    t: pa.DataType | None = None
+    for i in present:
+        t = _common_type(t, i.type)
+    try:
+        return pa.array([i.value for i in present], t)
+    except (pa.ArrowException, TypeError, ValueError):
+        return None
+
+
+def _in_set(value: Any, values: pa.Array, *, has_null: bool) -> Any:
+    """``value IN values`` with SQL semantics: a NULL value gives NULL, and so does a miss when
+    the list held a NULL (so that NOT IN never turns those rows TRUE)."""
+    null = pa.scalar(None, _BOOL)
+    hit = pc.if_else(pc.is_valid(value), pc.is_in(value, value_set=values), null)
+    return pc.if_else(hit, True, null) if has_null else hit
+
+
 def _any(tests: list[Any]) -> Any:
     """OR (Kleene) of the tests as a balanced tree, which keeps Arrow expressions shallow."""
     if not tests:
@@ -1001,33 +1027,10 @@ class _Lowering:
         return pc.divide(a, self.null_if_zero(b))
 
     def isin(self, value: Any, items: Sequence[Expr]) -> Any:
-        values = self.value_set(items) if not isinstance(value, pa.Scalar) else None
+        values = _value_set(items) if not isinstance(value, pa.Scalar) else None
         if values is None:
             return _any([self.boolean(self.binary(pc.equal, value, self.run(i))) for i in items])
-        # is_in with SQL semantics: a NULL value gives NULL, and so does a miss when the list
-        # holds a NULL (so NOT IN never turns those rows TRUE)
-        value, values = self.unify_set(value, values)
-        null = pa.scalar(None, _BOOL)
-        hit = pc.if_else(pc.is_valid(value), pc.is_in(value, value_set=values), null)
-        return pc.if_else(hit, True, null) if len(values) < len(items) else hit
-
-    @staticmethod
-    def value_set(items: Sequence[Expr]) -> pa.Array | None:
-        """The non-NULL items as one array, if they are all literals of one kind."""
-        lits = [i for i in items if isinstance(i, Literal) and i.value is not None]
-        kinds = {_kind(i.type) for i in lits}
-        if len(kinds) != 1 or len(lits) != sum(isinstance(i, Literal) for i in items) != len(items):
-            return None
-        t: pa.DataType | None = None
-        for i in lits:
-            t = _common_type(t, i.type)
-        try:
-            return pa.array([i.value for i in lits], t)
-        except (pa.ArrowException, TypeError, ValueError):
-            return None
-
-    def unify_set(self, value: Any, values: pa.Array) -> tuple[Any, pa.Array]:
-        return _unify(value, values)
+        return _in_set(*_unify(value, values), has_null=len(values) < len(items))
 
     def coalesce(self, args: list[Any]) -> Any:
         t: pa.DataType | None = None
@@ -1130,8 +1133,23 @@ class _ExpressionLowering(_Lowering):
         # compare in DOUBLE: Arrow cannot compare a DECIMAL(10,2) with a BIGINT 0 (zero stays zero)
         return pc.if_else(pc.equal(v.cast(_F64), pc.scalar(0.0)), pc.scalar(pa.scalar(None)), v)
 
-    def unify_set(self, value: Any, values: pa.Array) -> tuple[Any, pa.Array]:
-        return value, values  # is_in casts the value set when Arrow binds it
+    def run(self, e: Expr) -> Any:
+        if isinstance(e, Call) and e.op == "in" and isinstance(e.args[0], Column):
+            # is_in casts its input to the value set's type when bound, so it is only used
+            # when the set can be given the column's own type exactly (needs ``schema``)
+            t, values = self.column_type(e.args[0]), _value_set(e.args[1:])
+            if t is not None and values is not None:
+                try:
+                    exact = values.cast(t)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    exact = None  # a value the column cannot hold: compare pairwise instead
+                if exact is not None:
+                    return _in_set(self.column(e.args[0]), exact, has_null=len(values) < len(e.args) - 1)
+        return super().run(e)
+
+    def isin(self, value: Any, items: Sequence[Expr]) -> Any:
+        # input types unknown: pairwise equality lets Arrow pick exact casts for each pair
+        return _any([pc.equal(value, self.run(i)) for i in items])
 
     def coalesce(self, args: list[Any]) -> Any:
         return pc.coalesce(*args)

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eventlog.expressions import _ARROW_ERRORS, Call, Column, Expr, Literal, _any, _apply
+from eventlog.expressions import _ARROW_ERRORS, Call, Column, Expr, Literal, _any, _apply, _value_set
 
 _FLIP = {
     "eq": "eq",
@@ -31,6 +31,7 @@ _FLIP = {
 _NEGATE = {"eq": "ne", "ne": "eq", "lt": "ge", "le": "gt", "gt": "le", "ge": "lt"}
 _TICKS_PER_MS = {"s": 1, "ms": 1, "us": 1000, "ns": 1_000_000}  # "s": widen by a whole second
 _FALSE = pa.scalar(False)
+_MAX_IN_TESTS = 32  # IN lists longer than this are checked by their range only
 
 
 def may_match(expr: Expr, stats: pa.Table) -> list[bool]:
@@ -133,6 +134,11 @@ class _Skipping:
 
     def in_list(self, col: Column, items: list[Literal], negate: bool) -> Any:
         values = [i for i in items if i.value is not None]
+        if not negate and len(values) > _MAX_IN_TESTS and (array := _value_set(values)) is not None:
+            # long lists: test the list's [smallest, largest] range, one pass over the files
+            bounds = pc.min_max(array)
+            low, high = (Literal(bounds[k].as_py(), array.type) for k in ("min", "max"))
+            return _and(self.compare("ge", col, low), self.compare("le", col, high))
         if not negate:  # NULL items never make IN true
             tests = [self.compare("eq", col, v) for v in values]
             return None if any(t is None for t in tests) else _any(tests)

@@ -113,6 +113,9 @@ def values(sql: str, table: pa.Table = TABLE) -> list[Any]:
         ("id <=> NULL", [False, False, False, True, False]),
         ("id <=> 3", [False, False, True, False, False]),
         ("NOT (id <=> 3)", [True, True, False, True, True]),
+        ("id IS DISTINCT FROM 3", [True, True, False, True, True]),
+        ("id IS NOT DISTINCT FROM NULL", [False, False, False, True, False]),
+        ("id == 2", [False, True, False, False, False]),
         ("id IS NULL", [False, False, False, True, False]),
         ("id IS NOT NULL", [True, True, True, False, True]),
         ("id IN (1, 5)", [True, False, False, False, True]),
@@ -697,6 +700,9 @@ def test_to_arrow_matches_evaluate(sql: str) -> None:
         "NULL",
         "NOT (NULL AND flag)",
         "s.inner + 1 > 2",
+        "x IN (0, 2.5) OR small IN (10, 2199023255552)",
+        "name NOT IN ('apple', NULL) OR NOT (id IN (1, 2))",
+        "Day IN ('2010-01-01', DATE '2011-01-01') AND price IN (1.5, 3)",
     ],
 )
 def test_to_arrow_with_schema_matches_evaluate(sql: str) -> None:
@@ -782,6 +788,15 @@ def _stats() -> pa.Table:
 )
 def test_may_match(sql: str, expected: list[bool]) -> None:
     assert may_match(parse_predicate(sql, SCHEMA), _stats()) == expected
+
+
+def test_may_match_long_in_list_uses_its_range() -> None:
+    # 40 values between 40 and 79: file 0 (1..10) is out of range, file 1 (20..30) too,
+    # file 4 (all 7) too; the all-NULL file 3 never matches; unknown file 2 is kept
+    pred = parse_predicate("id IN (" + ", ".join(str(v) for v in range(40, 80)) + ")", SCHEMA)
+    assert may_match(pred, _stats()) == [F, F, T, F, F]
+    wide = parse_predicate("id IN (" + ", ".join(str(v) for v in [*range(100, 140), 5]) + ")", SCHEMA)
+    assert may_match(wide, _stats()) == [T, T, T, F, T]
 
 
 def test_may_match_boolean_column_and_timestamps() -> None:

@@ -79,3 +79,21 @@ def test_checkpoint_expires_old_tombstones(local_uri: str) -> None:
     t.append(rows([2]))
     expired = t.checkpoint()
     assert list(read_checkpoint(t.log.fs, t.log.log_dir, expired).removes) == []
+
+
+def test_lazy_fold_across_many_advances_equals_full_replay(local_uri: str) -> None:
+    """Advancing records commits lazily and folds every 256 links; the file map a handle
+    sees after hundreds of commits equals a replay from version 0, and older snapshots
+    taken along the way keep their own state."""
+    t = Table.create(local_uri, SCHEMA, properties={"delta.checkpointInterval": "100000"})
+    taken = {}
+    for i in range(600):
+        t.append(rows([i]))
+        if i % 50 == 49:
+            t.delete(f"id = {i - 10}")
+        if i in (100, 300, 599):
+            taken[t.version] = t.snapshot()
+    for version, snap in taken.items():
+        assert snap.version == version
+        assert snap.files == Snapshot.from_commits(t.uri, t.commits_between(0, version)).files
+    assert len(t.snapshot().files) == 600 - 12
