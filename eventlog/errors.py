@@ -23,7 +23,41 @@ DOC_LINK = "https://docs.delta.io/latest/concurrency-control.html"
 
 
 class EventlogError(Exception):
-    """Root of every error raised by :mod:`eventlog`."""
+    """Root of every error raised by :mod:`eventlog`.
+
+    Structured fields are set from the constructor's keyword arguments; the ones the
+    subclasses use are declared here so type checkers know them.
+    """
+
+    uri: str
+    version: int | None
+    line: int | None
+    requested: Any
+    earliest: int
+    latest: int
+    features: list[str]
+    columns: list[str]
+    column: str
+    available: list[str]
+    context: str
+    expression: str
+    key: str
+    value: str
+    allowed: list[str]
+    rows: int
+    attempts: int
+    start_version: int
+    last_attempted_version: int
+    elapsed_ms: float
+    txn_id: str
+    winning_version: int
+    operation: str
+    winning_commit_info: dict[str, Any]
+    partition: str | None
+    isolation_level: str | None
+    table: str
+    detail: str
+    conflict_type: str
 
     def __init__(self, message: str, **fields: Any) -> None:
         super().__init__(message)

@@ -595,7 +595,7 @@ class Table:
         if filter is not None:
             pred = ex.parse_predicate(filter, snap.schema, context="filter")
             _, files = prune_files(files, pred, snap.schema, snap.partition_columns)
-            arrow_filter = ex.to_arrow(pred)
+            arrow_filter = ex.to_arrow(pred, schema=snap.schema)
         if columns is not None:
             for col in columns:
                 if col not in snap.schema.names:

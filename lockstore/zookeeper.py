@@ -1,0 +1,467 @@
+"""Version slots in ZooKeeper (through kazoo), for writers on many machines.
+
+Layout under the store's chroot (default ``/eventlog``)::
+
+    /tables/<sha1(table key)[:20]>      {"key": ..., "table_id": ...}   (bind)
+        /latest                          "<N>"  the highest claimed version (a CAS counter)
+        /slots/<20-digit N>              {"claim": {...}, "claimed_at": ..., "session": ..., "complete": bool}
+    /ids/<table id>                      {"key": ...}   one table under one key only
+    /sessions/<session id hex>           ephemeral: {"host", "pid", "app_id"} while a writer lives
+
+Claiming version N is one atomic multi-op: ``create(slots/N)`` (put-if-absent) plus
+``set_data(latest, N, version=v)`` where ``v`` is the counter's znode version the caller's
+``latest()`` read. Either both happen or neither. The counter makes ``latest`` one read
+and makes a stale claim (one that read an old counter) fail even after old slots were
+pruned. Server-assigned sequential znodes would avoid the CAS retry, but they hand out a
+number before the writer has conflict-checked the commits below it, and a version must
+only be assigned after that check; ``bench/bench_zookeeper.py`` measures both.
+
+Slot state machine (one slot, version N)::
+
+    (absent) --claim: multi-op create+CAS--> CLAIMED (complete=false; staged file named)
+    CLAIMED  --writer publishes <N>.json, mark_complete--> COMPLETE
+    CLAIMED  --writer died: any reader/writer publishes <N>.json from the staged file,
+               then mark_complete (idempotent: same bytes)--> COMPLETE
+    CLAIMED  --staged file provably gone and owner session expired: ``repair`` publishes an
+               empty REPAIR commit at N (recorded in the log), mark_complete--> COMPLETE
+    COMPLETE --pruned when more than ``retain`` newer slots exist--> (absent, but below the
+               counter, so no claim can recreate it)
+
+Sessions: slot znodes are persistent, so a claim stands once the multi-op returned, even if
+the writer's session is then lost; publishing needs no session and recovery is idempotent,
+so a commit completes exactly once. A ``ConnectionLoss`` *during* the multi-op leaves the
+outcome unknown: the store raises :class:`SlotStoreUnavailableError` and the engine looks
+its transaction id up with :meth:`find_txn` before retrying. While the session is
+SUSPENDED, calls wait (bounded by ``timeout``) for it to come back instead of sending;
+after LOST, kazoo opens a new session and the store re-registers its session node. No call
+waits longer than ``timeout`` seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlparse
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    RolledBackError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KazooState
+from kazoo.retry import KazooRetry, RetryFailedError
+from kazoo.security import ACL, make_acl, make_digest_acl
+
+from lockstore.base import (
+    LockstoreError,
+    SlotClaim,
+    SlotNotClaimedError,
+    SlotRecord,
+    SlotStore,
+    SlotStoreUnavailableError,
+    TableBindingError,
+    default_owner,
+)
+
+log = logging.getLogger("lockstore.zookeeper")
+
+DEFAULT_CHROOT = "/eventlog"
+DEFAULT_TIMEOUT = 10.0
+DEFAULT_RETAIN = 1000
+# Errors meaning "the server may or may not have applied the request".
+_AMBIGUOUS = (ConnectionLoss, OperationTimeoutError, KazooTimeoutError, SessionExpiredError)
+
+
+class InvalidSlotStoreUriError(LockstoreError):
+    """A ``zk://`` URI that cannot be parsed."""
+
+
+def table_node_name(table: str) -> str:
+    """The znode name of a table's slot namespace (derived from its key, the table URI)."""
+    return hashlib.sha1(table.encode()).hexdigest()[:20]
+
+
+class ZooKeeperSlotStore(SlotStore):
+    """Version slots in ZooKeeper; see the module docstring for layout and state machine.
+
+    ``hosts``: "host:port,host:port"; ``chroot``: path prefix for all znodes; ``auth``:
+    ``(user, password)`` for digest authentication, which also puts ACLs on every znode
+    the store creates (full rights for that user, read for everyone); ``timeout``: upper
+    bound, in seconds, on every call (connection, session wait, each request).
+    """
+
+    def __init__(
+        self,
+        hosts: str,
+        *,
+        chroot: str = DEFAULT_CHROOT,
+        auth: tuple[str, str] | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retain: int = DEFAULT_RETAIN,
+        app_id: str | None = None,
+        client: KazooClient | None = None,
+    ) -> None:
+        if not chroot.startswith("/"):
+            raise InvalidSlotStoreUriError(f"chroot must start with '/', got {chroot!r}")
+        self.hosts = hosts
+        self.chroot = chroot.rstrip("/") or ""
+        self.timeout = timeout
+        self.retain = retain
+        self._auth = auth
+        self._acl: list[ACL] | None = None
+        if auth is not None:
+            self._acl = [make_digest_acl(auth[0], auth[1], all=True), make_acl("world", "anyone", read=True)]
+        self._owner = default_owner(app_id)
+        self._connected = threading.Event()
+        self._lost = threading.Event()
+        self._counter_versions: dict[str, tuple[int, int]] = {}  # table -> (latest, znode version)
+        # Payloads of slots this store claimed and has not completed: completing them needs
+        # no read (the slot znode is still at version 0 unless someone else completed it).
+        self._own: dict[tuple[str, int], dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._client = client or KazooClient(
+            hosts=hosts,
+            timeout=timeout,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
+            auth_data=[("digest", f"{auth[0]}:{auth[1]}")] if auth else None,
+        )
+        self._client.add_listener(self._on_state)
+        try:
+            self._client.start(timeout=timeout)
+        except KazooTimeoutError as exc:
+            self._client.close()
+            raise SlotStoreUnavailableError(
+                f"cannot connect to ZooKeeper at {hosts} within {timeout}s"
+            ) from exc
+        self._connected.set()
+        self._session_node_registered = False
+        self._ensure_session_node()
+
+    # ------------------------------------------------------------------ session state
+
+    def _on_state(self, state: str) -> None:
+        # Runs on kazoo's event thread: only flip flags here, never call ZooKeeper.
+        if state == KazooState.CONNECTED:
+            self._connected.set()
+        elif state == KazooState.SUSPENDED:
+            self._connected.clear()
+        elif state == KazooState.LOST:
+            self._connected.clear()
+            self._lost.set()
+            self._session_node_registered = False
+
+    @property
+    def session_id(self) -> int | None:
+        cid = self._client.client_id
+        return cid[0] if cid else None
+
+    def _await_session(self) -> None:
+        """Wait (bounded) while the session is suspended; never send while disconnected."""
+        if self._closed:
+            raise LockstoreError("the slot store is closed")
+        if not self._connected.wait(self.timeout):
+            raise SlotStoreUnavailableError(
+                f"ZooKeeper at {self.hosts} unreachable for {self.timeout}s (session suspended)"
+            )
+        if not self._session_node_registered:
+            self._ensure_session_node()
+
+    def _ensure_session_node(self) -> None:
+        sid = self.session_id
+        if sid is None:
+            return
+        path = f"{self.chroot}/sessions/{sid:x}"
+        try:
+            self._client.create(
+                path, json.dumps(self._owner).encode(), acl=self._acl, ephemeral=True, makepath=True
+            )
+        except NodeExistsError:
+            pass
+        except _AMBIGUOUS:
+            return  # retried on the next call
+        self._session_node_registered = True
+
+    def session_alive(self, session_hex: str) -> bool:
+        """Whether the writer session ``session_hex`` still exists (its ephemeral node)."""
+        return self._call(self._client.exists, f"{self.chroot}/sessions/{session_hex}") is not None
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """A read or idempotent write, retried on connection loss within the timeout."""
+        self._await_session()
+        retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=0.5, deadline=self.timeout)
+        try:
+            return retry(fn, *args, **kwargs)
+        except (RetryFailedError, *_AMBIGUOUS) as exc:
+            raise SlotStoreUnavailableError(
+                f"ZooKeeper at {self.hosts}: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    # ------------------------------------------------------------------ paths
+
+    def _table_path(self, table: str) -> str:
+        return f"{self.chroot}/tables/{table_node_name(table)}"
+
+    def _slot_path(self, table: str, version: int) -> str:
+        return f"{self._table_path(table)}/slots/{version:020d}"
+
+    def _ensure_table(self, table: str) -> None:
+        base = self._table_path(table)
+        if self._call(self._client.exists, f"{base}/latest") is not None:
+            return
+        for path, data in (
+            (base, json.dumps({"key": table, "table_id": None}).encode()),
+            (f"{base}/slots", b""),
+            (f"{base}/latest", b"-1"),
+        ):
+            try:
+                self._call(self._client.create, path, data, acl=self._acl, makepath=True)
+            except NodeExistsError:
+                pass
+            except SlotStoreUnavailableError as exc:
+                if not isinstance(exc.__cause__, (RetryFailedError, *_AMBIGUOUS)):
+                    raise
+                # A retried create may find its own first attempt: existence is the goal.
+                if self._call(self._client.exists, path) is None:
+                    raise
+
+    # ------------------------------------------------------------------ the port
+
+    def _read_counter(self, table: str) -> tuple[int, int]:
+        try:
+            data, stat = self._call(self._client.get, f"{self._table_path(table)}/latest")
+        except NoNodeError:
+            self._ensure_table(table)
+            data, stat = self._call(self._client.get, f"{self._table_path(table)}/latest")
+        value = int(data.decode() or "-1")
+        with self._lock:
+            self._counter_versions[table] = (value, stat.version)
+        return value, stat.version
+
+    def latest(self, table: str) -> int:
+        return self._read_counter(table)[0]
+
+    def claim(self, table: str, version: int, claim: SlotClaim) -> bool:
+        if version < 0:
+            raise ValueError(f"version must be >= 0, got {version}")
+        with self._lock:
+            cached = self._counter_versions.get(table)
+        counter, zversion = cached if cached is not None else self._read_counter(table)
+        sid = self.session_id
+        payload = json.dumps(
+            {
+                "claim": claim.to_dict(),
+                "claimed_at": time.time(),
+                "session": f"{sid:x}" if sid is not None else None,
+                "complete": False,
+            }
+        ).encode()
+        deadline = time.monotonic() + self.timeout
+        while True:
+            if version <= counter and self._call(self._client.exists, self._slot_path(table, version)):
+                return False  # taken (or below the counter: stale)
+            self._await_session()
+            txn = self._client.transaction()
+            txn.create(self._slot_path(table, version), payload, acl=self._acl)
+            if version > counter:
+                txn.set_data(f"{self._table_path(table)}/latest", str(version).encode(), version=zversion)
+            try:
+                results = txn.commit()
+            except _AMBIGUOUS as exc:
+                with self._lock:
+                    self._counter_versions.pop(table, None)
+                raise SlotStoreUnavailableError(
+                    f"claim of version {version} of {table!r}: outcome unknown ({type(exc).__name__})"
+                ) from exc
+            except NoNodeError:
+                self._ensure_table(table)
+                counter, zversion = self._read_counter(table)
+                continue
+            failures = [r for r in results if isinstance(r, Exception)]
+            if not failures:
+                with self._lock:
+                    if version > counter:
+                        self._counter_versions[table] = (version, zversion + 1)
+                    self._own[(table, version)] = json.loads(payload)
+                return True
+            if any(isinstance(r, NodeExistsError) for r in results):
+                return False
+            if any(isinstance(r, NoNodeError) for r in results):
+                self._ensure_table(table)
+            elif not any(isinstance(r, (BadVersionError, RolledBackError)) for r in results):
+                raise LockstoreError(f"claim of version {version} of {table!r} failed: {failures}")
+            # The counter moved (another writer claimed a version): re-read it. If it is
+            # now at or past ``version``, the slot is taken or the claim was stale.
+            counter, zversion = self._read_counter(table)
+            if counter >= version or time.monotonic() > deadline:
+                return False
+
+    def get(self, table: str, version: int) -> SlotRecord | None:
+        if version < 0:
+            return None
+        try:
+            data, _ = self._call(self._client.get, self._slot_path(table, version))
+        except NoNodeError:
+            return None
+        return _record(version, data)
+
+    def mark_complete(self, table: str, version: int) -> None:
+        path = self._slot_path(table, version)
+        with self._lock:
+            own = self._own.pop((table, version), None)
+        if own is not None:
+            body, zversion = own, 0
+        else:
+            try:
+                data, stat = self._call(self._client.get, path)
+            except NoNodeError as exc:
+                raise SlotNotClaimedError(table, version) from exc
+            body, zversion = json.loads(data), stat.version
+            if body.get("complete"):
+                return
+        body["complete"] = True
+        try:
+            self._call(self._client.set, path, json.dumps(body).encode(), version=zversion)
+        except BadVersionError:
+            pass  # another process completed it concurrently: same outcome
+        except NoNodeError as exc:
+            raise SlotNotClaimedError(table, version) from exc
+        self._prune(table, version)
+
+    def _prune(self, table: str, version: int) -> None:
+        """Drop the slot ``retain`` versions below a completed one (fire and forget).
+
+        Safe because every claim compares-and-sets the counter: a pruned slot sits below
+        the counter, so no claim can recreate it.
+        """
+        old = version - self.retain
+        if old >= 0:
+            self._client.delete_async(self._slot_path(table, old))
+
+    def find_txn(self, table: str, txn_id: str, start: int = 0) -> int | None:
+        latest = self.latest(table)
+        for version in range(latest, max(start, latest - self.retain) - 1, -1):
+            record = self.get(table, version)
+            if record is not None and record.claim.txn_id == txn_id:
+                return version
+        return None
+
+    def bind(self, table: str, table_id: str) -> None:
+        self._ensure_table(table)
+        base = self._table_path(table)
+        data, stat = self._call(self._client.get, base)
+        body = json.loads(data or b"{}")
+        bound = body.get("table_id")
+        if bound not in (None, table_id):
+            raise TableBindingError(table, bound, table_id)
+        id_path = f"{self.chroot}/ids/{table_id}"
+        try:
+            self._call(
+                self._client.create,
+                id_path,
+                json.dumps({"key": table}).encode(),
+                acl=self._acl,
+                makepath=True,
+            )
+        except NodeExistsError:
+            owner = json.loads(self._call(self._client.get, id_path)[0]).get("key")
+            if owner != table:
+                raise TableBindingError(owner, table_id, table_id) from None
+        if bound is None:
+            body["table_id"] = table_id
+            try:
+                self._call(self._client.set, base, json.dumps(body).encode(), version=stat.version)
+            except BadVersionError:
+                self.bind(table, table_id)  # raced with another binder: verify what it wrote
+
+    # ------------------------------------------------------------------ operations view
+
+    def slots(self, table: str, *, incomplete_only: bool = False, limit: int = 100) -> list[SlotRecord]:
+        """The newest ``limit`` slots of ``table`` (newest first)."""
+        latest = self.latest(table)
+        out = []
+        for version in range(latest, max(-1, latest - limit), -1):
+            record = self.get(table, version)
+            if record is not None and (not incomplete_only or not record.complete):
+                out.append(record)
+        return out
+
+    def session_of(self, table: str, version: int) -> str | None:
+        try:
+            data, _ = self._call(self._client.get, self._slot_path(table, version))
+        except NoNodeError:
+            return None
+        session: str | None = json.loads(data).get("session")
+        return session
+
+    def tables(self) -> Iterator[tuple[str, str | None]]:
+        """(key, table id) of every table with slots in this chroot."""
+        try:
+            names: Sequence[str] = self._call(self._client.get_children, f"{self.chroot}/tables")
+        except NoNodeError:
+            return
+        for name in names:
+            body = json.loads(self._call(self._client.get, f"{self.chroot}/tables/{name}")[0] or b"{}")
+            yield body.get("key", name), body.get("table_id")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(KazooException):
+            self._client.stop()
+        self._client.close()
+
+
+def _record(version: int, data: bytes) -> SlotRecord:
+    body = json.loads(data)
+    return SlotRecord(
+        version=version,
+        claim=SlotClaim.from_dict(body["claim"]),
+        complete=bool(body.get("complete")),
+        claimed_at=float(body.get("claimed_at") or 0.0),
+    )
+
+
+def parse_uri(uri: str) -> dict[str, Any]:
+    """``zk://[user:password@]host:port[,host:port...][/chroot][?timeout=S]`` -> kwargs."""
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("zk", "zookeeper"):
+        raise InvalidSlotStoreUriError(f"not a ZooKeeper URI: {uri!r}")
+    netloc = parsed.netloc
+    auth = None
+    if "@" in netloc:
+        creds, netloc = netloc.rsplit("@", 1)
+        user, _, password = creds.partition(":")
+        auth = (unquote(user), unquote(password))
+    if not netloc:
+        raise InvalidSlotStoreUriError(f"no ZooKeeper hosts in {uri!r}")
+    kwargs: dict[str, Any] = {"hosts": netloc, "auth": auth}
+    if parsed.path and parsed.path != "/":
+        kwargs["chroot"] = parsed.path
+    query = parse_qs(parsed.query)
+    if "timeout" in query:
+        kwargs["timeout"] = float(query["timeout"][0])
+    if "app_id" in query:
+        kwargs["app_id"] = query["app_id"][0]
+    return kwargs
+
+
+def from_uri(uri: str) -> ZooKeeperSlotStore:
+    """The registry's factory for ``zk://`` specs."""
+    kwargs = parse_uri(uri)
+    hosts = kwargs.pop("hosts")
+    return ZooKeeperSlotStore(hosts, **kwargs)
