@@ -7,6 +7,7 @@ import datetime as dt
 import os
 import platform
 import statistics
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -68,9 +69,25 @@ def machine_note() -> str:
         except ImportError:
             versions.append(f"{mod} missing")
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    versions.append(f"code {_code_version()}")
     return f"{now}; {os.cpu_count()} cores; loadavg {load}; Python {platform.python_version()}; " + "; ".join(
         versions
     )
+
+
+def _code_version() -> str:
+    """HEAD of the repository, marked dirty when eventlog/ or lockstore/ differ from it (read-only git)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        clean = subprocess.run(
+            ["git", "diff-index", "--quiet", "HEAD", "--", "eventlog", "lockstore"], cwd=root, check=False
+        ).returncode
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head if clean == 0 else f"{head}+dirty"
 
 
 def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:

@@ -50,6 +50,7 @@ class RunResult:
     errors: Counter[str] = field(default_factory=Counter)
     version: int = -1
     rows: int = -1
+    retries: int = 0
 
     @property
     def commits_per_s(self) -> float:
@@ -76,30 +77,31 @@ def _worker(engine: str, path: str, n: int, writer: int, barrier: Any, results: 
 
             table = Table.open(path)
 
-            def append(b: pa.RecordBatch) -> None:
-                table.append(b)
+            def append(b: pa.RecordBatch) -> int:
+                return table.append(b).attempts - 1  # slot claims lost before this commit
 
         else:
             from deltalake import write_deltalake
 
-            def append(b: pa.RecordBatch) -> None:
+            def append(b: pa.RecordBatch) -> int:
                 write_deltalake(path, b, mode="append")
+                return 0  # delta-rs retries internally and does not report it
 
         errors: Counter[str] = Counter()
-        ok = 0
+        ok = retries = 0
         barrier.wait()
         start = time.perf_counter()  # CLOCK_MONOTONIC on Linux: comparable across processes
         for b in batches:
             try:
-                append(b)
+                retries += append(b)
                 ok += 1
             except Exception as exc:
                 errors[type(exc).__name__] += 1
         end = time.perf_counter()
-        results.put((writer, start, end, ok, dict(errors)))
+        results.put((writer, start, end, ok, dict(errors), retries))
     except BaseException as exc:  # set-up failed: report it rather than hang the barrier
         barrier.abort()
-        results.put((writer, 0.0, 0.0, 0, {f"setup:{type(exc).__name__}: {exc}": n}))
+        results.put((writer, 0.0, 0.0, 0, {f"setup:{type(exc).__name__}: {exc}": n}, 0))
 
 
 def _create(engine: str, path: str) -> None:
@@ -149,7 +151,10 @@ def run_config(engine: str, writers: int, per_writer: int) -> RunResult:
         ok = sum(r[3] for r in rows)
         seconds = max(r[2] for r in rows) - min(r[1] for r in rows)
         version, nrows = _inspect(engine, path)
-        return RunResult(engine, writers, ok, writers * per_writer - ok, seconds, errors, version, nrows)
+        retries = sum(r[5] for r in rows)
+        return RunResult(
+            engine, writers, ok, writers * per_writer - ok, seconds, errors, version, nrows, retries
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -167,8 +172,8 @@ def main() -> int:
                 results.setdefault((engine, writers), []).append(r)
                 print(
                     f"  run {rep + 1}: {engine:9s} {writers} writer(s): {r.commits_per_s:8.1f} commits/s, "
-                    f"{r.ok} ok, {r.failed} failed {dict(r.errors) or ''} -> version {r.version}, "
-                    f"{r.rows} rows",
+                    f"{r.ok} ok, {r.failed} failed {dict(r.errors) or ''}, {r.retries} lost claims "
+                    f"-> version {r.version}, {r.rows} rows",
                     flush=True,
                 )
 
@@ -192,6 +197,7 @@ def main() -> int:
                     ms.fmt(".2f"),
                     f"{failed} / {len(runs) * writers * sizes[writers]}",
                     ", ".join(f"{k} x{v}" for k, v in errs.items()) or "-",
+                    str(sum(r.retries for r in runs)) if engine == "ours" else "n/a",
                 ]
             )
     print_table(
@@ -204,6 +210,7 @@ def main() -> int:
             "ms/commit per writer",
             "failed (all runs)",
             "errors",
+            "lost slot claims (all runs)",
         ],
         table_rows,
     )

@@ -8,13 +8,15 @@ profile every writer process and merge the statistics.
 
 Run: ``.venv/bin/python bench/profile_hotspots.py CASE [--quick] [--top N]`` with CASE one
 of ``appends1``, ``appends4``, ``open``, ``open-checkpoint``, ``bulk-append``, ``scan``,
-``conflict-blind``, ``conflict-overwrite``, ``commit-append``, ``commit-delete`` or ``all``.
+``conflict-blind``, ``conflict-new-partitions``, ``conflict-overwrite``, ``commits`` or ``all``
+(the conflict cases are the scenarios A, B and C of ``bench_conflict_check.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import datetime as dt
 import io
 import multiprocessing as mp
 import os
@@ -176,21 +178,19 @@ def case_conflict(scenario: str, quick: bool) -> tuple[pstats.Stats, float]:
         path = str(Path(tmp) / "table")
         t = Table.create(path, SCHEMA, partition_by=["date"], properties={"delta.targetFileSize": "1"})
         t.append(rows(300, DAYS))
-        if scenario in ("commit-append", "commit-delete"):
+        if scenario == "commits":
             t.append(rows(WINNER_FILES, [d for d in DAYS if d != LOSER_DAY], start=10_000))
             one = rows(1, [LOSER_DAY], start=99_999)
             n = 20 if quick else 200
 
             def commits() -> None:
                 for _ in range(n):
-                    if scenario == "commit-append":
-                        t.append(one)
-                        t.delete(LOSER_PREDICATE)  # keep the table the same size
-                    else:
-                        t.delete(LOSER_PREDICATE)
-                        t.append(one)
+                    t.append(one)
+                    t.delete(LOSER_PREDICATE)  # keeps the table the same size
 
-            print(f"({n} appends and {n} deletes: compare the two operations' cumulative times)")
+            print(
+                f"({n} 1-row appends and {n} one-partition deletes, alternating; see table.py append/delete)"
+            )
             return profiled(commits)
         loser = t.transaction()
         loser.delete(LOSER_PREDICATE)
@@ -200,8 +200,13 @@ def case_conflict(scenario: str, quick: bool) -> tuple[pstats.Stats, float]:
         w = Table.open(path)
         if scenario == "conflict-blind":
             result = w.append(winner_data)
+        elif scenario == "conflict-new-partitions":
+            feb = [dt.date(2024, 2, 1) + dt.timedelta(days=i) for i in range(29)]
+            result = w.overwrite(rows(WINNER_FILES, feb, start=20_000), replace_where="date >= '2024-02-01'")
         else:
-            result = w.overwrite(winner_data, replace_where=f"date <> '{LOSER_DAY.isoformat()}'")
+            result = w.overwrite(
+                winner_data, replace_where=f"date <> '{LOSER_DAY.isoformat()}' AND date < '2024-02-01'"
+            )
         commit = Table.open(path).commits_between(result.version, result.version)[0]
         n = 100 if quick else 1000
 
@@ -223,9 +228,9 @@ CASES: dict[str, Callable[[bool], tuple[pstats.Stats, float]]] = {
     "bulk-append": lambda q: case_bulk(False, q),
     "scan": lambda q: case_bulk(True, q),
     "conflict-blind": lambda q: case_conflict("conflict-blind", q),
+    "conflict-new-partitions": lambda q: case_conflict("conflict-new-partitions", q),
     "conflict-overwrite": lambda q: case_conflict("conflict-overwrite", q),
-    "commit-append": lambda q: case_conflict("commit-append", q),
-    "commit-delete": lambda q: case_conflict("commit-delete", q),
+    "commits": lambda q: case_conflict("commits", q),
 }
 
 

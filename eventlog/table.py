@@ -385,20 +385,27 @@ class Table:
         self.log.publish(version, record.claim.staged, data)
         self.slots.mark_complete(self.key, version)
 
-    def publish_claimed(self, version: int, staged_name: str, data: bytes, txn_id: str) -> None:
-        """Make a version this process claimed visible (idempotent with recovery)."""
+    def publish_claimed(self, version: int, staged_name: str, data: bytes, txn_id: str) -> bool:
+        """Make a version this process claimed visible (idempotent with recovery).
+
+        False when the log already holds *another* commit at ``version``: a writer that
+        does not use this slot store (e.g. another Delta library) took it. The caller then
+        treats the version as lost and retries above it.
+        """
         if not self.log.publish(version, staged_name, data):
             existing = self._read_commit(version, required=True)
             assert existing is not None
             info = existing.commit_info
             if info is None or info.txn_id != txn_id:
-                raise CorruptLogError(
-                    f"{self.uri}: version {version} was claimed by txn {txn_id} but the log holds "
-                    "another commit there; a writer bypassed the slot store",
-                    uri=self.uri,
-                    version=version,
+                logger.warning(
+                    "version %s of %s was claimed by txn %s but written by another writer",
+                    version,
+                    self.uri,
+                    txn_id,
                 )
+                return False
         self.slots.mark_complete(self.key, version)
+        return True
 
     def note_committed(self, commit: Commit) -> None:
         """Fold this process's own commit into the cached snapshot; checkpoint if due."""

@@ -308,3 +308,20 @@ def test_all_common_types_round_trip(any_uri: str) -> None:
     got = Table.open(any_uri).to_arrow().sort_by([("l", "descending")])
     assert got.select(data.schema.names).to_pylist() == data.to_pylist()
     assert sorted(Table.open(any_uri).to_arrow(filter="dec > 0").column("l").to_pylist()) == [2**40]
+
+
+def test_version_taken_outside_the_slot_store_is_a_lost_race(local_uri: str) -> None:
+    """A writer that bypasses the slot store (another Delta library) writes version N after
+    our claim of N: we treat N as lost, conflict-check it and commit at N+1."""
+    t = Table.create(local_uri, SCHEMA)
+    t.append(rows([1]))
+    txn = t.transaction()
+    txn.append(rows([2]))
+    foreign = [
+        CommitInfo(timestamp=int(time.time() * 1000), operation="WRITE", is_blind_append=True, txn_id="foreign"),
+        *Table.open(local_uri).commits_between(1, 1)[0].adds,
+    ]
+    assert t.log.write_commit_unguarded(2, encode_commit(foreign))
+    result = txn.commit()
+    assert result.version == 3 and result.attempts == 2
+    assert [h["txnId"] for h in t.history(2)] == [result.txn_id, "foreign"]
