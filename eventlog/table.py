@@ -14,14 +14,16 @@ import logging
 import os
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
 import pyarrow as pa
 
 from eventlog import expressions as ex
-from eventlog.actions import ActionDecodeError, Metadata, decode_commit
+from eventlog.actions import ActionDecodeError, CommitInfo, Metadata, decode_commit, encode_commit
 from eventlog.checkpoint import CheckpointState, find_latest_checkpoint, read_checkpoint, write_checkpoint
 from eventlog.errors import (
     CorruptLogError,
@@ -47,8 +49,8 @@ from eventlog.scan import read_live_rows
 from eventlog.schema import canonical_schema, conform, to_spark_schema_json
 from eventlog.snapshot import Commit, Snapshot
 from eventlog.storage import LogStore
-from eventlog.transaction import CommitResult, Transaction
-from lockstore import InMemorySlotStore, LocalFileSlotStore, SlotStore
+from eventlog.transaction import ENGINE_INFO, CommitResult, Transaction
+from lockstore import InMemorySlotStore, LocalFileSlotStore, SlotRecord, SlotStore
 from lockstore.registry import ENV_VAR, open_slot_store
 
 logger = logging.getLogger("eventlog.table")
@@ -56,6 +58,9 @@ logger = logging.getLogger("eventlog.table")
 CHECKPOINT_INTERVAL_KEY = "delta.checkpointInterval"
 DEFAULT_CHECKPOINT_INTERVAL = 100
 _COMMIT_CACHE_SIZE = 512
+# For slot stores that cannot tell whether a writer lives: how old a claim with a lost
+# staged file must be before it is repaired.
+REPAIR_GRACE_SECONDS = 300.0
 SlotsSpec = SlotStore | str | None
 
 
@@ -375,15 +380,45 @@ class Table:
         if data is None:
             if self.log.commit_exists(version):
                 return
+            data = self._repair_commit(version, record)
+        self.log.publish(version, record.claim.staged, data)
+        self.slots.mark_complete(self.key, version)
+
+    def _repair_commit(self, version: int, record: SlotRecord) -> bytes:
+        """The commit that resolves a claimed slot whose commit is provably lost.
+
+        The staged file is written before the claim and deleted only after publishing, so
+        a claimed slot with neither file was damaged from outside. Once its writer is
+        provably gone (its ZooKeeper session expired, or, for stores that cannot tell,
+        the claim is older than the grace period) the slot is resolved with an empty
+        REPAIR commit, so the table moves on and the log records what happened.
+        """
+        alive = self.slots.owner_alive(self.key, version)
+        if alive or (alive is None and record.age < REPAIR_GRACE_SECONDS):
             raise CorruptLogError(
                 f"{self.uri}: version {version} was claimed by txn {record.claim.txn_id} "
-                f"({dict(record.claim.owner)}) but neither {version}.json nor its staged file "
-                f"{record.claim.staged} exists",
+                f"({dict(record.claim.owner)}, {record.age:.0f}s ago) but neither {version}.json nor its "
+                f"staged file {record.claim.staged} exists, and its writer may still be alive; "
+                "retry later (it is repaired once the writer is provably gone)",
                 uri=self.uri,
                 version=version,
             )
-        self.log.publish(version, record.claim.staged, data)
-        self.slots.mark_complete(self.key, version)
+        logger.warning("repairing lost slot %s of %s (txn %s)", version, self.uri, record.claim.txn_id)
+        info = CommitInfo(
+            timestamp=int(time.time() * 1000),
+            operation="REPAIR",
+            operation_parameters={
+                "version": str(version),
+                "lostTxnId": record.claim.txn_id,
+                "owner": orjson.dumps(dict(record.claim.owner)).decode(),
+                "reason": "claimed slot whose staged commit file is gone",
+            },
+            isolation_level="SnapshotIsolation",
+            is_blind_append=False,
+            txn_id=str(uuid.uuid4()),
+            engine_info=ENGINE_INFO,
+        )
+        return encode_commit([info])
 
     def publish_claimed(self, version: int, staged_name: str, data: bytes, txn_id: str) -> bool:
         """Make a version this process claimed visible (idempotent with recovery).

@@ -153,6 +153,11 @@ class SlotStore(ABC):
                 return version
         return None
 
+    def owner_alive(self, table: str, version: int) -> bool | None:
+        """Whether the writer that claimed ``version`` provably still lives (True), is
+        provably gone (False), or the store cannot tell (None, the default)."""
+        return None
+
     def bind(self, table: str, table_id: str) -> None:
         """Record ``table_id`` as the owner of ``table``'s slots, or verify it.
 

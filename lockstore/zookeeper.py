@@ -399,6 +399,13 @@ class ZooKeeperSlotStore(SlotStore):
                 out.append(record)
         return out
 
+    def owner_alive(self, table: str, version: int) -> bool | None:
+        """False once the claiming writer's session expired (its ephemeral node is gone)."""
+        session = self.session_of(table, version)
+        if session is None:
+            return None
+        return self.session_alive(session)
+
     def session_of(self, table: str, version: int) -> str | None:
         try:
             data, _ = self._call(self._client.get, self._slot_path(table, version))

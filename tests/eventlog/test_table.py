@@ -325,3 +325,25 @@ def test_version_taken_outside_the_slot_store_is_a_lost_race(local_uri: str) -> 
     result = txn.commit()
     assert result.version == 3 and result.attempts == 2
     assert [h["txnId"] for h in t.history(2)] == [result.txn_id, "foreign"]
+
+
+def test_claimed_slot_with_lost_staged_file_is_repaired_once_the_writer_is_gone(
+    local_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import eventlog.table as table_module
+
+    t = Table.create(local_uri, SCHEMA)
+    t.append(rows([1]))
+    slots = LocalFileSlotStore(os.path.join(local_uri, "_eventlog", "slots"))
+    assert slots.claim(t.key, 2, SlotClaim("lost-txn", "lost-txn.json"))  # staged file never written
+    with pytest.raises(CorruptLogError) as info:
+        Table.open(local_uri)  # the writer may still be alive: refuse, clearly
+    assert info.value.version == 2 and "lost-txn" in str(info.value)
+    monkeypatch.setattr(table_module, "REPAIR_GRACE_SECONDS", 0.0)
+    reader = Table.open(local_uri)
+    assert reader.version == 2
+    repair = reader.history(1)[0]
+    assert repair["operation"] == "REPAIR" and repair["operationParameters"]["lostTxnId"] == "lost-txn"
+    assert slots.get(t.key, 2).complete  # type: ignore[union-attr]
+    t.append(rows([3]))
+    assert sorted_ids(t) == [1, 3] and t.version == 3
