@@ -211,6 +211,17 @@ class CommitFailedError(EventlogError):
         )
 
 
+class SlotStoreError(EventlogError):
+    """The version-slot store (ZooKeeper, ...) failed or stayed unreachable.
+
+    Raised when nothing was committed: by reads (open, refresh) and by commits whose
+    every claim had a definite outcome. The lockstore error is chained as the cause.
+    """
+
+    def __init__(self, message: str, *, uri: str) -> None:
+        super().__init__(message, uri=uri)
+
+
 class CommitStateUnknownError(EventlogError):
     """The slot store stayed unreachable: the commit may or may not have landed.
 

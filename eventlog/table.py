@@ -28,6 +28,7 @@ from eventlog.checkpoint import CheckpointState, find_latest_checkpoint, read_ch
 from eventlog.errors import (
     CorruptLogError,
     InvalidInputError,
+    SlotStoreError,
     TableAlreadyExistsError,
     TableNotFoundError,
     UnknownColumnError,
@@ -50,7 +51,7 @@ from eventlog.schema import canonical_schema, conform, to_spark_schema_json
 from eventlog.snapshot import Commit, Snapshot
 from eventlog.storage import LogStore
 from eventlog.transaction import ENGINE_INFO, CommitResult, Transaction
-from lockstore import InMemorySlotStore, LocalFileSlotStore, SlotRecord, SlotStore
+from lockstore import InMemorySlotStore, LocalFileSlotStore, SlotRecord, SlotStore, SlotStoreUnavailableError
 from lockstore.registry import ENV_VAR, open_slot_store
 
 logger = logging.getLogger("eventlog.table")
@@ -352,7 +353,18 @@ class Table:
     # ------------------------------------------------------------------ log access (engine)
 
     def latest_version(self) -> int:
-        """Latest version: finishes claimed-but-unpublished slots, then probes the log."""
+        """Latest version: finishes claimed-but-unpublished slots, then probes the log.
+
+        Raises :class:`SlotStoreError` when the slot store cannot be reached.
+        """
+        try:
+            return self._latest_version()
+        except SlotStoreUnavailableError as exc:
+            raise SlotStoreError(
+                f"{self.uri}: the version-slot store is unreachable: {exc}", uri=self.uri
+            ) from exc
+
+    def _latest_version(self) -> int:
         claimed = self.slots.latest(self.key)
         with self._lock:
             published = self._published

@@ -54,7 +54,9 @@ from eventlog.errors import (
     CommitFailedError,
     CommitStateUnknownError,
     DeltaConcurrentModificationException,
+    EventlogError,
     InvalidInputError,
+    SlotStoreError,
     TransactionStateError,
 )
 from eventlog.isolation import IsolationLevel, effective_isolation_level
@@ -489,6 +491,7 @@ class _CommitLoop:
         self.summary = txn.summary(level, bool(info.is_blind_append))
         self.staged_name = f"{txn.txn_id}.json"
         self.policy = self.table.retry_policy
+        self.last_version = txn.read_version + 1
 
     def _bytes(self) -> bytes:
         return encode_commit([self.info, *self.body])
@@ -502,57 +505,88 @@ class _CommitLoop:
         checked = self.txn.read_version
         attempts = 0
         last_error: BaseException | None = None
+        unknown: int | None = None  # a claim whose outcome we could not learn yet
         owner = default_owner(table.app_id)
         try:
             while True:
-                # First attempt: the read snapshot was just refreshed, so guess that nothing
-                # won since and claim read_version+1 directly (one slot-store round trip
-                # fewer); a wrong guess only loses the claim and takes the loop below.
-                latest = checked if attempts == 0 else table.latest_version()
-                if latest > checked:
-                    winners = table.commits_between(checked + 1, latest)
-                    for commit in winners:
-                        winner = WinningCommit.of(commit, self._winner_bitmaps(commit))
-                        self.summary = check_conflicts(self.summary, winner)
-                    data = self._rebuild_if_rebased(data)
-                    data = self._rebase_timestamp(winners, data)
-                    checked = latest
-                version = latest + 1
-                attempts += 1
                 try:
-                    granted = slots.claim(key, version, SlotClaim(self.txn.txn_id, self.staged_name, owner))
-                except SlotStoreUnavailableError as exc:
-                    found = self._resolve_unknown(exc, version)
-                    if found is not None:
-                        result = self._published(found, attempts, data)
+                    if unknown is not None:
+                        # Look our transaction id up before claiming again: the earlier
+                        # claim either landed (then we are done) or did not (retry).
+                        found = slots.find_txn(key, self.txn.txn_id, max(0, unknown - 1))
+                        unknown = None
+                        if found is not None:
+                            result = self._published(found, attempts, data)
+                            if result is not None:
+                                return result
+                    # First attempt: the read snapshot was just refreshed, so guess that
+                    # nothing won since and claim read_version+1 directly (one slot-store
+                    # round trip fewer); a wrong guess only loses the claim.
+                    latest = checked if attempts == 0 else table.latest_version()
+                    if latest > checked:
+                        winners = table.commits_between(checked + 1, latest)
+                        for commit in winners:
+                            winner = WinningCommit.of(commit, self._winner_bitmaps(commit))
+                            self.summary = check_conflicts(self.summary, winner)
+                        data = self._rebuild_if_rebased(data)
+                        data = self._rebase_timestamp(winners, data)
+                        checked = latest
+                    version = latest + 1
+                    self.last_version = version
+                    attempts += 1
+                    try:
+                        granted = slots.claim(
+                            key, version, SlotClaim(self.txn.txn_id, self.staged_name, owner)
+                        )
+                    except SlotStoreUnavailableError:
+                        unknown = version
+                        raise
+                    if granted:
+                        result = self._published(version, attempts, data)
                         if result is not None:
                             return result
+                    log.debug(
+                        "slot taken",
+                        extra={"txn_id": self.txn.txn_id, "version": version, "attempt": attempts},
+                    )
+                except (SlotStoreUnavailableError, SlotStoreError) as exc:
                     last_error = exc
-                    granted = False
-                if granted:
-                    result = self._published(version, attempts, data)
-                    if result is not None:
-                        return result
-                log.debug(
-                    "slot taken",
-                    extra={"txn_id": self.txn.txn_id, "version": version, "attempt": attempts},
-                )
-                if policy.exhausted(attempts, started):
-                    raise CommitFailedError(
-                        f"commit of {self.info.operation} to {table.uri} failed after {attempts} "
-                        f"attempts ({(policy.clock() - started) * 1000:.0f} ms): version "
-                        f"{version} was taken every time",
-                        attempts=attempts,
-                        start_version=self.txn.read_version + 1,
-                        last_attempted_version=version,
-                        elapsed_ms=(policy.clock() - started) * 1000,
-                        txn_id=self.txn.txn_id,
-                    ) from last_error
-                policy.sleep(policy.delay(attempts))
-        except (DeltaConcurrentModificationException, CommitFailedError):
+                    log.warning("slot store unavailable during commit of txn %s: %s", self.txn.txn_id, exc)
+                if policy.exhausted(max(attempts, 1), started):
+                    raise self._exhausted(attempts, started, unknown, last_error) from last_error
+                policy.sleep(policy.delay(max(attempts, 1)))
+        except (DeltaConcurrentModificationException, CommitFailedError, SlotStoreError):
             # Nothing was claimed: the commit provably did not land.
             log_store.delete_staged(self.staged_name)
             raise
+
+    def _exhausted(
+        self, attempts: int, started: float, unknown: int | None, last_error: BaseException | None
+    ) -> EventlogError:
+        elapsed = (self.policy.clock() - started) * 1000
+        uri = self.table.uri
+        if unknown is not None:
+            return CommitStateUnknownError(
+                f"the slot store for {uri} stayed unreachable for {elapsed:.0f} ms; the commit of txn "
+                f"{self.txn.txn_id} may or may not have landed at version {unknown} (staged files kept)",
+                txn_id=self.txn.txn_id,
+                version=unknown,
+            )
+        if isinstance(last_error, (SlotStoreUnavailableError, SlotStoreError)):
+            return SlotStoreError(
+                f"commit of {self.info.operation} to {uri} failed: the slot store stayed unreachable for "
+                f"{elapsed:.0f} ms; nothing was committed",
+                uri=uri,
+            )
+        return CommitFailedError(
+            f"commit of {self.info.operation} to {uri} failed after {attempts} attempts ({elapsed:.0f} ms): "
+            "every version it tried was taken",
+            attempts=attempts,
+            start_version=self.txn.read_version + 1,
+            last_attempted_version=self.last_version,
+            elapsed_ms=elapsed,
+            txn_id=self.txn.txn_id,
+        )
 
     def _winner_bitmaps(self, commit: Commit) -> dict[str, AbstractBitMap64]:
         """DV bitmaps of a winner's files that row-level resolution compares with ours."""
@@ -587,18 +621,6 @@ class _CommitLoop:
         data = self._bytes()
         self.table.log.stage(self.staged_name, data)
         return data
-
-    def _resolve_unknown(self, exc: SlotStoreUnavailableError, version: int) -> int | None:
-        """After an ambiguous claim, look our txn id up before retrying."""
-        try:
-            return self.table.slots.find_txn(self.table.key, self.txn.txn_id, max(0, version - 1))
-        except SlotStoreUnavailableError as again:
-            raise CommitStateUnknownError(
-                f"the slot store for {self.table.uri} is unreachable; the commit of txn "
-                f"{self.txn.txn_id} may or may not have landed at version {version}",
-                txn_id=self.txn.txn_id,
-                version=version,
-            ) from again
 
     def _published(self, version: int, attempts: int, data: bytes) -> CommitResult | None:
         table = self.table
