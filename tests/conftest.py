@@ -58,3 +58,6 @@ def rows(ids: list[int], date: str = "2024-01-01", x: int | None = None) -> pa.T
 
 def sorted_ids(table: Table, **kw: object) -> list[int]:
     return sorted(table.to_arrow(**kw).column("id").to_pylist())  # type: ignore[arg-type]
+
+
+from tests.support.fixtures import *  # noqa: E402,F403 - ZooKeeper fixtures (zk_hosts, zk_chroot, zk_ensemble)

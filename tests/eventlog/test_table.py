@@ -318,7 +318,9 @@ def test_version_taken_outside_the_slot_store_is_a_lost_race(local_uri: str) -> 
     txn = t.transaction()
     txn.append(rows([2]))
     foreign = [
-        CommitInfo(timestamp=int(time.time() * 1000), operation="WRITE", is_blind_append=True, txn_id="foreign"),
+        CommitInfo(
+            timestamp=int(time.time() * 1000), operation="WRITE", is_blind_append=True, txn_id="foreign"
+        ),
         *Table.open(local_uri).commits_between(1, 1)[0].adds,
     ]
     assert t.log.write_commit_unguarded(2, encode_commit(foreign))

@@ -48,7 +48,7 @@ def _claim(txn_id: str, staged: str | None = None) -> SlotClaim:
     return SlotClaim(txn_id, staged or f"_staged/{txn_id}.json", dict(OWNER))
 
 
-@pytest.fixture(params=["memory", "localfs"])
+@pytest.fixture(params=["memory", "localfs", pytest.param("zookeeper", marks=pytest.mark.zookeeper)])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeStore]:
     """A factory of handles onto one fresh backing store.
 
@@ -62,6 +62,15 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeS
 
         def factory() -> SlotStore:
             return memory
+    elif request.param == "zookeeper":
+        from lockstore.zookeeper import ZooKeeperSlotStore
+
+        hosts = request.getfixturevalue("zk_chroot")
+
+        def factory() -> SlotStore:
+            store = ZooKeeperSlotStore(hosts, chroot="/slots", timeout=10.0)
+            handles.append(store)
+            return store
     else:
         root = tmp_path / "slots"
 

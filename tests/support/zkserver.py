@@ -715,12 +715,20 @@ class ZooKeeperEnsemble:
         """SIGKILL one node."""
         self.nodes[node].kill()
 
-    def restart(self, node: int) -> None:
-        """Start a stopped or killed node again with its data directory.
+    def restart(self, node: int, *more: int) -> None:
+        """Start stopped or killed nodes again, each with its own data directory and ports.
 
-        Waits until it answers ``ruok`` and, when a quorum is running, until the ensemble is healthy.
+        Several nodes are launched together (their JVMs start in parallel). Waits until each
+        answers ``ruok`` and, when a quorum is running, until the ensemble is healthy.
         """
-        self.nodes[node].restart()
+        chosen = [self.nodes[i] for i in (node, *more)]
+        for member in chosen:
+            if member.is_running():
+                member.stop()
+        for member in chosen:
+            member.launch()
+        for member in chosen:
+            member.wait_until_serving(require_mode=False)
         if len(self.running()) >= self.quorum:
             self.wait_until_healthy()
 
