@@ -396,6 +396,39 @@ class Table:
         self.log.publish(version, record.claim.staged, data)
         self.slots.mark_complete(self.key, version)
 
+    def repair_slots(self, *, dry_run: bool = False, limit: int = 100) -> list[dict[str, Any]]:
+        """Finish or resolve incomplete slots among the newest ``limit``; report each action.
+
+        Safe by construction: a slot whose commit is published is only marked complete; a
+        slot with a staged file is published from it (the commit its writer decided on); a
+        slot with neither is resolved with a REPAIR commit only when its writer is provably
+        gone (see :meth:`_repair_commit`). Slots of live writers are left alone.
+        """
+        actions: list[dict[str, Any]] = []
+        for record in self.slots.recent(self.key, limit=limit, incomplete_only=True):
+            version = record.version
+            entry: dict[str, Any] = {"version": version, "txn_id": record.claim.txn_id}
+            if self.log.commit_exists(version):
+                entry["action"] = "mark-complete"
+                if not dry_run:
+                    self.slots.mark_complete(self.key, version)
+            elif self.log.read_staged(record.claim.staged) is not None:
+                entry["action"] = "publish-staged"
+                if not dry_run:
+                    self._recover(version)
+            elif self.slots.owner_alive(self.key, version) is False or (
+                self.slots.owner_alive(self.key, version) is None and record.age >= REPAIR_GRACE_SECONDS
+            ):
+                entry["action"] = "repair-commit"
+                if not dry_run:
+                    self._recover(version)
+            else:
+                entry["action"] = "skip: writer may be alive"
+            actions.append(entry)
+        if not dry_run and any(not a["action"].startswith("skip") for a in actions):
+            self.refresh()
+        return actions
+
     def _repair_commit(self, version: int, record: SlotRecord) -> bytes:
         """The commit that resolves a claimed slot whose commit is provably lost.
 

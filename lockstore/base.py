@@ -153,6 +153,20 @@ class SlotStore(ABC):
                 return version
         return None
 
+    def recent(self, table: str, *, limit: int = 100, incomplete_only: bool = False) -> list[SlotRecord]:
+        """The newest ``limit`` claimed slots of ``table``, newest first (operations view)."""
+        out: list[SlotRecord] = []
+        latest = self.latest(table)
+        for version in range(latest, max(-1, latest - limit), -1):
+            record = self.get(table, version)
+            if record is not None and (not incomplete_only or not record.complete):
+                out.append(record)
+        return out
+
+    def sessions(self) -> dict[str, dict[str, str]]:
+        """Live writer sessions and their owners, for stores that track them ({} otherwise)."""
+        return {}
+
     def owner_alive(self, table: str, version: int) -> bool | None:
         """Whether the writer that claimed ``version`` provably still lives (True), is
         provably gone (False), or the store cannot tell (None, the default)."""

@@ -389,14 +389,20 @@ class ZooKeeperSlotStore(SlotStore):
 
     # ------------------------------------------------------------------ operations view
 
-    def slots(self, table: str, *, incomplete_only: bool = False, limit: int = 100) -> list[SlotRecord]:
-        """The newest ``limit`` slots of ``table`` (newest first)."""
-        latest = self.latest(table)
-        out = []
-        for version in range(latest, max(-1, latest - limit), -1):
-            record = self.get(table, version)
-            if record is not None and (not incomplete_only or not record.complete):
-                out.append(record)
+    def sessions(self) -> dict[str, dict[str, str]]:
+        """Live writer sessions (ephemeral nodes) and their owners."""
+        try:
+            names: Sequence[str] = self._call(self._client.get_children, f"{self.chroot}/sessions")
+        except NoNodeError:
+            return {}
+        out: dict[str, dict[str, str]] = {}
+        for name in names:
+            try:
+                out[name] = json.loads(
+                    self._call(self._client.get, f"{self.chroot}/sessions/{name}")[0] or b"{}"
+                )
+            except NoNodeError:
+                continue  # expired while listing
         return out
 
     def owner_alive(self, table: str, version: int) -> bool | None:
