@@ -44,7 +44,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if name == "repair":
             cmd.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)
-    table = Table.open(args.uri, slots=args.slots)
+    # The slots commands must see the slots before reading the log would finish them.
+    table = (
+        Table.open(args.uri, slots=args.slots)
+        if args.command == "history"
+        else Table.handle(args.uri, args.slots)
+    )
     try:
         if args.command == "history":
             _dump(table.history(args.limit))

@@ -194,6 +194,16 @@ class Table:
         store.bind(table.key, table._snapshot.table_id)
         return table
 
+    @classmethod
+    def handle(cls, uri: str | os.PathLike[str], slots: SlotsSpec = None) -> Table:
+        """A handle that has read nothing yet (no recovery runs until it is used).
+
+        For operations tools (``slots status``, ``slots repair --dry-run``) that must look
+        at the slots before anything acts on them.
+        """
+        log = LogStore(uri)
+        return cls(log, resolve_slots(slots, log), None)
+
     @staticmethod
     def exists(uri: str | os.PathLike[str]) -> bool:
         log = LogStore(uri)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import time
+import types
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,8 +15,9 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 
+from tests.support import zkserver
 from tests.support.fixtures import ZkChroots
-from tests.support.zkserver import ZooKeeperEnsemble, ZooKeeperServer
+from tests.support.zkserver import ZooKeeperEnsemble, ZooKeeperServer, ZooKeeperUnavailable
 
 pytestmark = pytest.mark.zookeeper
 
@@ -106,6 +109,33 @@ def test_standalone_server_kill_restart_keeps_data() -> None:
         data_dir = server.dir
     assert not data_dir.exists()
     assert not server.is_running()
+
+
+def test_external_hosts_are_used_as_given(zk_hosts: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(zkserver.HOSTS_ENV, zk_hosts)
+    hosts, stop = zkserver.start_zookeeper_for_tests()
+    assert hosts == zk_hosts
+    stop()  # starts nothing, so stops nothing: the session server still answers
+    assert zkserver.four_letter_word(int(zk_hosts.rsplit(":", 1)[1]), "ruok") == "imok"
+
+
+def test_no_docker_engine_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    class DockerException(Exception):
+        pass
+
+    def from_env(**_: object) -> None:
+        raise DockerException("Error while fetching server API version")
+
+    monkeypatch.setitem(sys.modules, "testcontainers.core.container", types.ModuleType("container"))
+    monkeypatch.setitem(sys.modules, "docker", types.SimpleNamespace(from_env=from_env))
+    assert zkserver._try_testcontainers(timeout=1.0) is None
+
+
+def test_missing_java_is_reported_with_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    with pytest.raises(ZooKeeperUnavailable, match=r"no 'java' on PATH.*bootstrap\.sh"):
+        zkserver.check_prerequisites()
 
 
 # --- ensemble ---------------------------------------------------------------------------------
