@@ -50,15 +50,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "history"
         else Table.handle(args.uri, args.slots)
     )
-    try:
-        if args.command == "history":
-            _dump(table.history(args.limit))
-        elif args.slots_command == "status":
-            _dump(slot_report(table.slots, table.key, limit=args.limit))
-        else:
-            _dump(table.repair_slots(dry_run=args.dry_run, limit=args.limit))
-    finally:
-        table.slots.close()
+    if args.command == "history":
+        _dump(table.history(args.limit))
+    elif args.slots_command == "status":
+        _dump(slot_report(table.slots, table.key, limit=args.limit))
+    else:
+        _dump(table.repair_slots(dry_run=args.dry_run, limit=args.limit))
     return 0
 
 

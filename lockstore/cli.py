@@ -48,12 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     status.add_argument("--table", required=True, help="the table key (its normalised URI)")
     status.add_argument("--limit", type=int, default=100, help="how many recent slots to inspect")
     args = parser.parse_args(argv)
-    store = open_slot_store(args.slots)
-    try:
-        json.dump(slot_report(store, args.table, limit=args.limit), sys.stdout, indent=2, sort_keys=True)
-        sys.stdout.write("\n")
-    finally:
-        store.close()
+    store = open_slot_store(args.slots)  # shared per process, closed at exit
+    json.dump(slot_report(store, args.table, limit=args.limit), sys.stdout, indent=2, sort_keys=True)
+    sys.stdout.write("\n")
     return 0
 
 

@@ -10,7 +10,10 @@ Any other scheme is refused with :class:`UnknownSlotStoreError`.
 
 from __future__ import annotations
 
+import atexit
 import importlib
+import os
+import threading
 from collections.abc import Callable
 from urllib.parse import urlparse
 
@@ -36,8 +39,40 @@ class UnknownSlotStoreError(LockstoreError):
         self.spec = spec
 
 
-def open_slot_store(spec: str) -> SlotStore:
-    """The slot store named by ``spec`` (see the module docstring)."""
+# One store (one ZooKeeper session, one connection) per spec per process: opening many
+# tables, or one table many times, must not leak connections. Keyed by pid so a forked
+# child never reuses its parent's session.
+_SHARED: dict[tuple[int, str], SlotStore] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def open_slot_store(spec: str, *, shared: bool = True) -> SlotStore:
+    """The slot store named by ``spec`` (see the module docstring).
+
+    Stores that hold connections are shared per process unless ``shared=False``; they
+    are closed when the process exits.
+    """
+    if not shared:
+        return _open(spec)
+    key = (os.getpid(), spec)
+    with _SHARED_LOCK:
+        store = _SHARED.get(key)
+        if store is None or getattr(store, "closed", False):
+            store = _open(spec)
+            _SHARED[key] = store
+        return store
+
+
+@atexit.register
+def _close_shared() -> None:
+    with _SHARED_LOCK:
+        stores = [s for (pid, _), s in _SHARED.items() if pid == os.getpid()]
+        _SHARED.clear()
+    for store in stores:
+        store.close()
+
+
+def _open(spec: str) -> SlotStore:
     if spec.startswith("/"):
         return LocalFileSlotStore(spec)
     parsed = urlparse(spec)

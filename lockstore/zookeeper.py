@@ -165,6 +165,10 @@ class ZooKeeperSlotStore(SlotStore):
             self._session_node_registered = False
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def session_id(self) -> int | None:
         cid = self._client.client_id
         return cid[0] if cid else None

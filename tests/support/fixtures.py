@@ -32,18 +32,20 @@ __all__ = ["zk_chroot", "zk_chroot_factory", "zk_ensemble", "zk_ensemble_all_nod
 _FAST_RETRY = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.5, "max_jitter": 0.2}
 
 
-def _fail_unavailable(exc: BaseException) -> NoReturn:
-    pytest.fail(str(exc), pytrace=False)
+def _fail(problem: str) -> NoReturn:
+    # Called outside the except block so pytest shows only the message, not a chained traceback.
+    pytest.fail(problem, pytrace=False)
 
 
 def _kazoo_client_class() -> Any:
     try:
         from kazoo.client import KazooClient
     except ImportError:
-        pytest.fail(
+        KazooClient = None
+    if KazooClient is None:
+        _fail(
             "kazoo is not installed: ./scripts/bootstrap.sh installs the project's 'zookeeper' "
-            "extra (or: pip install -e '.[zookeeper]')",
-            pytrace=False,
+            "extra (or: pip install -e '.[zookeeper]')"
         )
     return KazooClient
 
@@ -105,10 +107,13 @@ class ZkChroots:
 @pytest.fixture(scope="session")
 def zk_hosts() -> Iterator[str]:
     """Connection string ("127.0.0.1:PORT") of the ZooKeeper shared by the whole test run."""
+    problem = ""
     try:
         hosts, stop = start_zookeeper_for_tests()
     except ZooKeeperUnavailable as exc:
-        _fail_unavailable(exc)
+        problem = str(exc)
+    if problem:
+        _fail(problem)
     try:
         yield hosts
     finally:
@@ -134,10 +139,13 @@ def zk_chroot(zk_chroot_factory: ZkChroots) -> str:
 @pytest.fixture(scope="module")
 def zk_ensemble() -> Iterator[ZooKeeperEnsemble]:
     """A running 3-node ensemble on loopback (tick 500 ms, no fsync) for failover tests."""
+    problem = ""
     try:
         check_prerequisites()
     except ZooKeeperUnavailable as exc:
-        _fail_unavailable(exc)
+        problem = str(exc)
+    if problem:
+        _fail(problem)
     ensemble = ZooKeeperEnsemble(3, tick_ms=500, force_sync=False)
     try:
         ensemble.start()

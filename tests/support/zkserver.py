@@ -112,7 +112,9 @@ def _kill_everything_at_exit() -> None:
         _live.clear()
         _owned_dirs.clear()
     for proc in procs:
-        _killpg(proc.pid, signal.SIGKILL)
+        # Only unreaped processes: a reaped pid may already belong to someone else.
+        if proc.poll() is None:
+            _killpg(proc.pid, signal.SIGKILL)
     for proc in procs:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5)
@@ -459,7 +461,7 @@ class ZooKeeperServer:
         while more():
             if not self.is_running():
                 code = self._proc.returncode if self._proc is not None else None
-                raise self._error(f"ZooKeeper node in {self.dir} is not running (rc {code})")
+                raise self._error(f"ZooKeeper node in {self.dir} exited (rc {code})")
             imok = four_letter_word(self._ports.client, "ruok", timeout=1.0) == "imok"
             if imok and (not require_mode or self.mode() is not None):
                 return time.monotonic() - started
@@ -483,6 +485,9 @@ class ZooKeeperServer:
                 if not retry or attempt == 2:
                     raise
                 self._ports = self._new_ports()
+            except BaseException:
+                self.kill()
+                raise
         raise AssertionError("unreachable")
 
     def _port_clash(self) -> bool:
@@ -502,8 +507,7 @@ class ZooKeeperServer:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             return False
-        # The group may still hold stray children; the leader is gone, so kill the rest.
-        _killpg(proc.pid, signal.SIGKILL)
+        # No killpg after the wait: once reaped, the pid (= group id) may be reused by others.
         with _registry_lock:
             _live.pop(proc.pid, None)
         with contextlib.suppress(OSError):
@@ -551,7 +555,11 @@ class ZooKeeperServer:
             self.cleanup()
 
     def __enter__(self) -> Self:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.cleanup()  # __exit__ will not run; the exception carries the log tail
+            raise
 
     def __exit__(
         self,
@@ -683,10 +691,12 @@ class ZooKeeperEnsemble:
 
     def start(self) -> Self:
         """Start every node and wait until all serve and one leads (fresh ports on a port clash)."""
+        if self.running():
+            raise ZooKeeperError(f"nodes {self.running()} are already running; use restart() or heal()")
         for attempt in range(3):
-            for node in self.nodes:
-                node.launch()
             try:
+                for node in self.nodes:
+                    node.launch()
                 self.wait_until_healthy()
                 return self
             except ZooKeeperError:
@@ -698,6 +708,10 @@ class ZooKeeperEnsemble:
                 topology = self._new_topology()
                 for node, ports in zip(self.nodes, topology, strict=True):
                     node._set_topology(ports, topology if self.size > 1 else ())
+            except BaseException:
+                for node in self.nodes:
+                    node.kill()
+                raise
         raise AssertionError("unreachable")
 
     def stop(self, node: int | None = None) -> None:
@@ -754,7 +768,11 @@ class ZooKeeperEnsemble:
             self.cleanup()
 
     def __enter__(self) -> Self:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.cleanup()  # __exit__ will not run; the exception carries the log tail
+            raise
 
     def __exit__(
         self,

@@ -38,6 +38,18 @@ def test_registry_opens_zookeeper(zk_chroot: str) -> None:
         store.close()
 
 
+def test_one_connection_per_spec_per_process(zk_chroot: str) -> None:
+    spec = f"zk://{zk_chroot}?timeout=5"
+    first = open_slot_store(spec)
+    assert open_slot_store(spec) is first  # tables opened with one spec share a session
+    first.close()
+    again = open_slot_store(spec)
+    assert again is not first and again.latest(TABLE) == -1  # a closed store is replaced
+    private = open_slot_store(spec, shared=False)
+    assert private is not again
+    private.close()
+
+
 def test_digest_auth_and_acls_keep_other_clients_out(zk_chroot: str) -> None:
     store = ZooKeeperSlotStore(zk_chroot, auth=("writer", "pw"), timeout=5)
     intruder = KazooClient(hosts=zk_chroot)

@@ -1,0 +1,812 @@
+"""ZooKeeper version slots: commits/s of small appends, claim strategies, and one commit's cost.
+
+Three parts, all against real ZooKeeper servers started by this script on loopback
+(``tests.support.zkserver``: a standalone node and a 3-node ensemble, both durable, i.e.
+``forceSync=yes``), and all stopped again before it exits, also on failure:
+
+1. **Small appends** -- 1 writer and 4 processes of 1-row blind appends, each run on a fresh
+   table, in four configurations (interleaved, so drift in machine load hits all alike):
+
+   * ``embedded``      -- ``Table.append``, default embedded (local-file) slot store
+   * ``zk-standalone`` -- ``Table.append`` with ``slots="zk://<standalone>/<fresh chroot>"``
+   * ``zk-ensemble``   -- ``Table.append`` with ``slots="zk://<3 nodes>/<fresh chroot>"``
+   * ``deltalake``     -- ``deltalake.write_deltalake(path, batch, mode="append")``
+
+   Writers are "spawn" processes released together by a barrier; throughput = successful
+   appends / (last writer's end - first writer's start). Any exception from an append is a
+   failed append. After each of our runs the table must be at version == appends and hold
+   one row per append (asserted). Targets: 4 processes through the ensemble reach >= 10x
+   deltalake's commits/s and >= 0.5x the embedded store's, with no failed append.
+
+2. **Claim strategies** -- plain kazoo against the ensemble, 4 processes each taking
+   consecutive slots: ``cas`` (``get(counter)`` then ``transaction(set_data(counter, v+1,
+   version), create(slot v+1))``, retried at once on failure), ``seq`` (``create(prefix,
+   sequence=True)``) and ``store`` (our ``ZooKeeperSlotStore``: ``latest()`` then
+   ``claim(latest+1)`` until granted). Reports slots/s, retries and round trips per slot.
+
+3. **One commit** -- a single writer appending through the ensemble: round trips to
+   ZooKeeper per commit (every request counted at ``KazooClient._call``), where the wall time
+   goes (ZooKeeper waits, log-file I/O, data-file writes, checkpoints, the rest), then the
+   same appends under cProfile.
+
+Run: ``.venv/bin/python bench/bench_zookeeper.py [--quick] [--repeat N] [--parts appends,claims,profile]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import functools
+import io
+import multiprocessing as mp
+import os
+import pstats
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
+
+import pyarrow as pa
+
+from bench._common import Stat, machine_note, print_table, ratio, verdict
+
+REPO_ROOT = str(Path(__file__).resolve().parents[1])
+OUR_PACKAGES = tuple(os.path.join(REPO_ROOT, p) + os.sep for p in ("eventlog", "lockstore"))
+SCHEMA = pa.schema([("id", pa.int64()), ("writer", pa.int32()), ("payload", pa.string())])
+CONFIGS = ("embedded", "zk-standalone", "zk-ensemble", "deltalake")
+ZK_CONFIGS = ("zk-standalone", "zk-ensemble")
+CLAIM_MODES = ("cas", "seq", "store")
+PARTS = ("appends", "claims", "profile")
+TARGET_VS_DELTALAKE = 10.0
+TARGET_VS_EMBEDDED = 0.5
+ZK_TIMEOUT = 10.0
+RESULT_TIMEOUT = 900.0
+CLAIM_PAYLOAD = b"x" * 200  # about the size of our slot payload (claim JSON)
+
+
+# ---------------------------------------------------------------------------------------------
+# Part 1: small appends
+
+
+@dataclass
+class RunResult:
+    config: str
+    writers: int
+    ok: int
+    failed: int
+    seconds: float
+    errors: Counter[str] = field(default_factory=Counter)
+    version: int = -1
+    rows: int = -1
+    retries: int = 0
+
+    @property
+    def commits_per_s(self) -> float:
+        return self.ok / self.seconds if self.seconds > 0 else 0.0
+
+
+def _batch(writer: int, i: int) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([writer * 1_000_000 + i], pa.int64()),
+            pa.array([writer], pa.int32()),
+            pa.array(["x" * 10]),
+        ],
+        schema=SCHEMA,
+    )
+
+
+def _close_slots(table: Any) -> None:
+    with contextlib.suppress(Exception):
+        table.slots.close()
+
+
+def _append_worker(
+    config: str, path: str, spec: str | None, n: int, writer: int, barrier: Any, results: Any
+) -> None:
+    """One writer process: set up, wait for the others, append ``n`` 1-row batches."""
+    table: Any = None
+    try:
+        batches = [_batch(writer, i) for i in range(n)]
+        if config == "deltalake":
+            from deltalake import write_deltalake
+
+            def append(b: pa.RecordBatch) -> int:
+                write_deltalake(path, b, mode="append")
+                return 0  # delta-rs retries internally and does not report it
+
+        else:
+            from eventlog.table import Table
+
+            table = Table.open(path, slots=spec)
+
+            def append(b: pa.RecordBatch) -> int:
+                return int(table.append(b).attempts) - 1  # slot claims lost before this commit
+
+        errors: Counter[str] = Counter()
+        ok = retries = 0
+        barrier.wait(timeout=RESULT_TIMEOUT)
+        start = time.perf_counter()  # CLOCK_MONOTONIC on Linux: comparable across processes
+        for b in batches:
+            try:
+                retries += append(b)
+                ok += 1
+            except Exception as exc:
+                errors[type(exc).__name__] += 1
+        end = time.perf_counter()
+        results.put((writer, start, end, ok, dict(errors), retries))
+    except BaseException as exc:  # set-up failed: report it rather than hang the barrier
+        barrier.abort()
+        results.put((writer, 0.0, 0.0, 0, {f"setup:{type(exc).__name__}: {exc}": n}, 0))
+    finally:
+        if table is not None and spec is not None:
+            _close_slots(table)
+
+
+def _zk_spec(hosts: str, label: str) -> str:
+    return f"zk://{hosts}/bench-{label}-{uuid.uuid4().hex[:12]}?timeout={ZK_TIMEOUT:g}"
+
+
+def _create(config: str, path: str, spec: str | None) -> None:
+    if config == "deltalake":
+        from deltalake import DeltaTable
+
+        DeltaTable.create(path, schema=SCHEMA)
+        return
+    from eventlog.table import Table
+
+    table = Table.create(path, SCHEMA, slots=spec)
+    if spec is not None:
+        _close_slots(table)
+
+
+def _inspect(config: str, path: str, spec: str | None) -> tuple[int, int]:
+    """(version, row count) of the table after the run."""
+    if config == "deltalake":
+        from deltalake import DeltaTable
+
+        dt = DeltaTable(path)
+        return dt.version(), dt.to_pyarrow_table().num_rows
+    from eventlog.table import Table
+
+    table = Table.open(path, slots=spec)
+    try:
+        return table.version, table.to_arrow().num_rows
+    finally:
+        if spec is not None:
+            _close_slots(table)
+
+
+def run_appends(config: str, writers: int, per_writer: int, hosts: dict[str, str]) -> RunResult:
+    ctx = mp.get_context("spawn")
+    tmp = tempfile.mkdtemp(prefix=f"bench-zk-{config}-")
+    try:
+        path = str(Path(tmp) / "table")
+        spec = _zk_spec(hosts[config], f"{config}-{writers}") if config in ZK_CONFIGS else None
+        _create(config, path, spec)
+        barrier = ctx.Barrier(writers)
+        results = ctx.Queue()
+        procs = [
+            ctx.Process(target=_append_worker, args=(config, path, spec, per_writer, w, barrier, results))
+            for w in range(writers)
+        ]
+        for p in procs:
+            p.start()
+        try:
+            rows = [results.get(timeout=RESULT_TIMEOUT) for _ in procs]
+        finally:
+            for p in procs:
+                p.join(timeout=60)
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+        errors: Counter[str] = Counter()
+        for r in rows:
+            errors.update(r[4])
+        ok = sum(r[3] for r in rows)
+        seconds = max(r[2] for r in rows) - min(r[1] for r in rows)
+        version, nrows = _inspect(config, path, spec)
+        result = RunResult(
+            config,
+            writers,
+            ok,
+            writers * per_writer - ok,
+            seconds,
+            errors,
+            version,
+            nrows,
+            sum(r[5] for r in rows),
+        )
+        if config != "deltalake":
+            assert result.version == writers * per_writer, (
+                f"{config}, {writers} writer(s): version {result.version} != {writers * per_writer} appends"
+            )
+            assert result.rows == writers * per_writer, (
+                f"{config}, {writers} writer(s): {result.rows} rows != {writers * per_writer} appends"
+            )
+        return result
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def part_appends(hosts: dict[str, str], sizes: dict[int, int], repeat: int) -> bool:
+    print(f"\n## Part 1: small appends ({sizes[1]} appends x 1 writer, {sizes[4]} x 4 processes)\n")
+    results: dict[tuple[str, int], list[RunResult]] = {}
+    for rep in range(repeat):
+        for writers in (1, 4):
+            for config in CONFIGS:
+                r = run_appends(config, writers, sizes[writers], hosts)
+                results.setdefault((config, writers), []).append(r)
+                print(
+                    f"  run {rep + 1}: {config:13s} {writers} writer(s): {r.commits_per_s:7.1f} commits/s, "
+                    f"{r.ok} ok, {r.failed} failed {dict(r.errors) or ''}, {r.retries} lost claims "
+                    f"-> version {r.version}, {r.rows} rows; loadavg {_load()}",
+                    flush=True,
+                )
+
+    rows = []
+    for writers in (1, 4):
+        for config in CONFIGS:
+            runs = results[(config, writers)]
+            cps = Stat.of([r.commits_per_s for r in runs])
+            ms = Stat.of([1000 * r.seconds / max(1, r.ok) * writers for r in runs])
+            errs: Counter[str] = Counter()
+            for r in runs:
+                errs.update(r.errors)
+            rows.append(
+                [
+                    config,
+                    writers,
+                    writers * sizes[writers],
+                    cps.fmt(".0f"),
+                    ms.fmt(".2f"),
+                    f"{sum(r.failed for r in runs)} / {len(runs) * writers * sizes[writers]}",
+                    ", ".join(f"{k} x{v}" for k, v in errs.items()) or "-",
+                    str(sum(r.retries for r in runs)) if config != "deltalake" else "n/a",
+                ]
+            )
+    print_table(
+        "Small appends: commits/s (median [min-max] over runs)",
+        [
+            "config",
+            "writers",
+            "appends/run",
+            "commits/s",
+            "ms/commit per writer",
+            "failed (all runs)",
+            "errors",
+            "lost slot claims (all runs)",
+        ],
+        rows,
+    )
+
+    def median(config: str, writers: int) -> float:
+        return Stat.of([r.commits_per_s for r in results[(config, writers)]]).median
+
+    ratio_rows = []
+    for writers in (1, 4):
+        for config in ZK_CONFIGS:
+            vs_dl = ratio(median(config, writers), median("deltalake", writers))
+            vs_emb = ratio(median(config, writers), median("embedded", writers))
+            ratio_rows.append([config, writers, f"{vs_dl:.1f}x", f"{vs_emb:.2f}x"])
+    print_table(
+        "Ratios of medians (commits/s; > 1 means the ZooKeeper config is faster)",
+        ["config", "writers", "ours-ZK / deltalake", "ours-ZK / embedded"],
+        ratio_rows,
+    )
+
+    ens_runs = results[("zk-ensemble", 4)]
+    vs_dl = ratio(median("zk-ensemble", 4), median("deltalake", 4))
+    vs_emb = ratio(median("zk-ensemble", 4), median("embedded", 4))
+    failed = sum(r.failed for r in ens_runs)
+    print_table(
+        "Targets (4 processes through the 3-node ensemble)",
+        ["target", "measured", "verdict"],
+        [
+            [
+                f">= {TARGET_VS_DELTALAKE:.0f}x deltalake",
+                f"{vs_dl:.1f}x",
+                verdict(vs_dl >= TARGET_VS_DELTALAKE),
+            ],
+            [
+                f">= {TARGET_VS_EMBEDDED}x embedded",
+                f"{vs_emb:.2f}x",
+                verdict(vs_emb >= TARGET_VS_EMBEDDED),
+            ],
+            ["no failed append", f"{failed} failed", verdict(failed == 0)],
+        ],
+    )
+    ours_failed = sum(r.failed for (c, _w), runs in results.items() if c != "deltalake" for r in runs)
+    print(f"verification: version == appends == rows asserted after every run of ours; {ours_failed} failed")
+    for writers in (1, 4):
+        for r in results[("deltalake", writers)]:
+            if r.version != r.ok or r.rows != r.ok:
+                print(f"note: deltalake {writers} writer(s): version {r.version}, rows {r.rows}, ok {r.ok}")
+    return ours_failed == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Part 2: claim strategies with plain kazoo
+
+
+@dataclass
+class ClaimResult:
+    mode: str
+    slots: int
+    seconds: float
+    retries: int
+    requests: int
+    p50_ms: float
+    p99_ms: float
+
+    @property
+    def per_s(self) -> float:
+        return self.slots / self.seconds if self.seconds > 0 else 0.0
+
+
+def _count_requests() -> Counter[str]:
+    """Count every request a KazooClient sends in this process (by request type)."""
+    from kazoo.client import KazooClient
+
+    counts: Counter[str] = Counter()
+    original = KazooClient._call
+
+    @functools.wraps(original)
+    def counted(self: Any, request: Any, async_object: Any) -> Any:
+        counts[type(request).__name__] += 1
+        return original(self, request, async_object)
+
+    KazooClient._call = counted
+    return counts
+
+
+def _claim_worker(mode: str, hosts: str, base: str, n: int, writer: int, barrier: Any, results: Any) -> None:
+    """One claimer process: take ``n`` consecutive slots the ``mode`` way."""
+    client: Any = None
+    store: Any = None
+    try:
+        from kazoo.client import KazooClient
+
+        from lockstore.base import SlotClaim, default_owner
+
+        counts = _count_requests()
+        counter, slots = f"{base}/counter", f"{base}/slots"
+        if mode == "store":
+            from lockstore.zookeeper import ZooKeeperSlotStore
+
+            store = ZooKeeperSlotStore(hosts, chroot=base, timeout=ZK_TIMEOUT)
+            owner = default_owner("bench")
+        else:
+            client = KazooClient(hosts=hosts, timeout=ZK_TIMEOUT)
+            client.start(timeout=ZK_TIMEOUT)
+        latencies: list[float] = []
+        retries = 0
+        barrier.wait(timeout=RESULT_TIMEOUT)
+        counts.clear()
+        start = time.perf_counter()
+        for i in range(n):
+            t0 = time.perf_counter()
+            if mode == "cas":
+                while True:
+                    data, stat = client.get(counter)
+                    v = int(data)
+                    txn = client.transaction()
+                    txn.set_data(counter, str(v + 1).encode(), version=stat.version)
+                    txn.create(f"{slots}/{v + 1:020d}", CLAIM_PAYLOAD)
+                    if not any(isinstance(r, Exception) for r in txn.commit()):
+                        break
+                    retries += 1
+            elif mode == "seq":
+                client.create(f"{slots}/s-", CLAIM_PAYLOAD, sequence=True)
+            else:
+                claim = SlotClaim(f"w{writer}-{i}", f"w{writer}-{i}.json", owner)
+                while not store.claim("raw", store.latest("raw") + 1, claim):
+                    retries += 1
+            latencies.append(time.perf_counter() - t0)
+        end = time.perf_counter()
+        results.put((writer, start, end, retries, sum(counts.values()), latencies, ""))
+    except BaseException as exc:
+        barrier.abort()
+        results.put((writer, 0.0, 0.0, 0, 0, [], f"{type(exc).__name__}: {exc}"))
+    finally:
+        if store is not None:
+            store.close()
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.stop()
+            client.close()
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+def run_claims(mode: str, hosts: str, writers: int, per_writer: int) -> ClaimResult:
+    from kazoo.client import KazooClient
+
+    from lockstore.zookeeper import ZooKeeperSlotStore, table_node_name
+
+    base = f"/bench-claims-{mode}-{uuid.uuid4().hex[:12]}"
+    total = writers * per_writer
+    admin = KazooClient(hosts=hosts, timeout=ZK_TIMEOUT)
+    admin.start(timeout=ZK_TIMEOUT)
+    try:
+        if mode == "store":
+            setup = ZooKeeperSlotStore(hosts, chroot=base, timeout=ZK_TIMEOUT)
+            try:
+                setup.latest("raw")  # creates the table's znodes outside the timed loop
+            finally:
+                setup.close()
+            slots_path = f"{base}/tables/{table_node_name('raw')}/slots"
+        else:
+            admin.create(f"{base}/counter", b"-1", makepath=True)
+            admin.create(f"{base}/slots", b"")
+            slots_path = f"{base}/slots"
+        ctx = mp.get_context("spawn")
+        barrier = ctx.Barrier(writers)
+        results = ctx.Queue()
+        procs = [
+            ctx.Process(target=_claim_worker, args=(mode, hosts, base, per_writer, w, barrier, results))
+            for w in range(writers)
+        ]
+        for p in procs:
+            p.start()
+        try:
+            rows = [results.get(timeout=RESULT_TIMEOUT) for _ in procs]
+        finally:
+            for p in procs:
+                p.join(timeout=60)
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+        failures = [r[6] for r in rows if r[6]]
+        if failures:
+            raise RuntimeError(f"claim workers ({mode}) failed: {failures}")
+        children = admin.get_children(slots_path)
+        assert len(children) == total == len(set(children)), f"{mode}: {len(children)} slots != {total}"
+        if mode != "seq":  # the counter makes CAS claims gapless: exactly versions 0..total-1
+            assert sorted(int(c) for c in children) == list(range(total)), f"{mode}: slots not gapless"
+        latencies = [x for r in rows for x in r[5]]
+        with contextlib.suppress(Exception):
+            admin.delete(base, recursive=True)
+        return ClaimResult(
+            mode,
+            total,
+            max(r[2] for r in rows) - min(r[1] for r in rows),
+            sum(r[3] for r in rows),
+            sum(r[4] for r in rows),
+            1000 * _percentile(latencies, 0.5),
+            1000 * _percentile(latencies, 0.99),
+        )
+    finally:
+        with contextlib.suppress(Exception):
+            admin.stop()
+        admin.close()
+
+
+def part_claims(hosts: str, writers: int, per_writer: int, repeat: int) -> None:
+    print(f"\n## Part 2: claim strategies, plain kazoo on the ensemble ({writers} x {per_writer} slots)\n")
+    results: dict[str, list[ClaimResult]] = {}
+    for rep in range(repeat):
+        for mode in CLAIM_MODES:
+            r = run_claims(mode, hosts, writers, per_writer)
+            results.setdefault(mode, []).append(r)
+            print(
+                f"  run {rep + 1}: {mode:5s} {r.per_s:7.1f} slots/s, {r.retries / r.slots:.2f} retries/slot, "
+                f"{r.requests / r.slots:.2f} requests/slot, p50 {r.p50_ms:.1f} ms, p99 {r.p99_ms:.1f} ms; "
+                f"loadavg {_load()}",
+                flush=True,
+            )
+    labels = {
+        "cas": "cas: get + txn(set_data(version) + create)",
+        "seq": "seq: create(sequence=True)",
+        "store": "store: ZooKeeperSlotStore latest() + claim()",
+    }
+    rows = []
+    for mode in CLAIM_MODES:
+        runs = results[mode]
+        rows.append(
+            [
+                labels[mode],
+                Stat.of([r.per_s for r in runs]).fmt(".0f"),
+                Stat.of([r.retries / r.slots for r in runs]).fmt(".2f"),
+                Stat.of([r.requests / r.slots for r in runs]).fmt(".2f"),
+                Stat.of([r.p50_ms for r in runs]).fmt(".1f"),
+                Stat.of([r.p99_ms for r in runs]).fmt(".1f"),
+            ]
+        )
+    print_table(
+        f"Claiming consecutive slots, {writers} processes (median [min-max] of runs; retries are immediate)",
+        ["strategy", "slots/s", "retries/slot", "requests/slot", "p50 ms/slot", "p99 ms/slot"],
+        rows,
+    )
+    print("verification: every run left exactly one znode per slot; cas and store slots gapless")
+
+
+# ---------------------------------------------------------------------------------------------
+# Part 3: one commit through the ensemble
+
+
+class _Phases:
+    """Wall time of the outermost wrapped call per phase (nested wrapped calls are not re-counted)."""
+
+    def __init__(self) -> None:
+        self.seconds: Counter[str] = Counter()
+        self.calls: Counter[str] = Counter()
+        self._depth = threading.local()
+
+    def wrap(self, phase: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            depth = getattr(self._depth, "n", 0)
+            if depth or threading.current_thread() is not threading.main_thread():
+                return fn(*args, **kwargs)
+            self._depth.n = 1
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[phase] += time.perf_counter() - t0
+                self.calls[phase] += 1
+                self._depth.n = 0
+
+        return timed
+
+
+@contextlib.contextmanager
+def _instrumented() -> Iterator[tuple[Counter[str], _Phases]]:
+    """Count ZooKeeper requests and time the phases of a commit (patches classes; undone on exit)."""
+    from kazoo.client import KazooClient, TransactionRequest
+
+    from eventlog import operations
+    from eventlog.storage import LogStore
+    from eventlog.table import Table
+
+    phases = _Phases()
+    patches: list[tuple[Any, str, Any]] = []
+    zk_sync = ("get", "exists", "create", "set", "get_children", "delete")
+    for name in zk_sync:
+        patches.append(
+            (KazooClient, name, phases.wrap("ZooKeeper (waiting for replies)", getattr(KazooClient, name)))
+        )
+    patches.append(
+        (
+            TransactionRequest,
+            "commit",
+            phases.wrap("ZooKeeper (waiting for replies)", TransactionRequest.commit),
+        )
+    )
+    for name in (
+        "stage",
+        "publish",
+        "commit_exists",
+        "read_commit",
+        "read_staged",
+        "delete_staged",
+        "list_log",
+    ):
+        patches.append(
+            (LogStore, name, phases.wrap("_delta_log file I/O (LogStore)", getattr(LogStore, name)))
+        )
+    patches.append(
+        (operations, "write_rows", phases.wrap("data file write (write_rows)", operations.write_rows))
+    )
+    patches.append((Table, "checkpoint", phases.wrap("checkpoints (every 100 versions)", Table.checkpoint)))
+    originals = [(owner, name, owner.__dict__[name]) for owner, name, _ in patches]
+    original_call = KazooClient.__dict__["_call"]
+    try:
+        counts = _count_requests()
+        for owner, name, wrapped in patches:
+            setattr(owner, name, wrapped)
+        yield counts, phases
+    finally:
+        KazooClient._call = original_call
+        for owner, name, original in originals:
+            setattr(owner, name, original)
+
+
+def _profile_table(hosts: str) -> tuple[Any, Any, str]:
+    from eventlog.table import Table
+    from lockstore.zookeeper import ZooKeeperSlotStore
+
+    store = ZooKeeperSlotStore(hosts, chroot=f"/bench-profile-{uuid.uuid4().hex[:12]}", timeout=ZK_TIMEOUT)
+    tmp = tempfile.mkdtemp(prefix="bench-zk-profile-")
+    path = str(Path(tmp) / "table")
+    Table.create(path, SCHEMA, slots=store)
+    table = Table.open(path, slots=store)
+    for i in range(5):  # warm-up: imports, first data file, kazoo's connection
+        table.append(_batch(9, i))
+    return table, store, tmp
+
+
+def _label(key: tuple[str, int, str]) -> str:
+    filename, line, func = key
+    if filename.startswith(REPO_ROOT):
+        filename = os.path.relpath(filename, REPO_ROOT)
+    elif filename == "~":
+        return func
+    else:
+        filename = "/".join(Path(filename).parts[-2:])
+    return f"{filename}:{line}({func})"
+
+
+def part_profile(hosts: str, n: int, repeat: int, top: int) -> None:
+    print(f"\n## Part 3: one writer, {n} appends through the ensemble\n")
+    per_commit_ms: list[float] = []
+    requests: list[Counter[str]] = []
+    phase_ms: list[dict[str, float]] = []
+    for rep in range(repeat):
+        table, store, tmp = _profile_table(hosts)
+        try:
+            start_version = table.version
+            with _instrumented() as (counts, phases):
+                t0 = time.perf_counter()
+                for i in range(n):
+                    table.append(_batch(0, i))
+                wall = time.perf_counter() - t0
+                snapshot_counts = Counter(counts)
+                snapshot_phases = dict(phases.seconds)
+            assert table.version == start_version + n
+            per_commit_ms.append(1000 * wall / n)
+            requests.append(snapshot_counts)
+            shares = {k: 1000 * v / n for k, v in snapshot_phases.items()}
+            shares["rest: our Python, pyarrow, encode/decode"] = 1000 * wall / n - sum(shares.values())
+            phase_ms.append(shares)
+            print(
+                f"  run {rep + 1}: {1000 * wall / n:.2f} ms/commit ({n / wall:.0f} commits/s), "
+                f"{sum(snapshot_counts.values()) / n:.2f} ZooKeeper requests/commit; loadavg {_load()}",
+                flush=True,
+            )
+        finally:
+            store.close()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    kinds = sorted({k for c in requests for k in c}, key=lambda k: -sum(c[k] for c in requests))
+    rows = [[k, Stat.of([c[k] / n for c in requests]).fmt(".2f")] for k in kinds]
+    rows.append(["total", Stat.of([sum(c.values()) / n for c in requests]).fmt(".2f")])
+    print_table(
+        "ZooKeeper requests per commit (each a round trip; median [min-max] over runs)",
+        ["request", "per commit"],
+        rows,
+    )
+    names = sorted(
+        {k for p in phase_ms for k in p}, key=lambda k: -statistics.median(p.get(k, 0) for p in phase_ms)
+    )
+    total = statistics.median(per_commit_ms)
+    rows = [
+        [
+            name,
+            Stat.of([p.get(name, 0.0) for p in phase_ms]).fmt(".2f"),
+            f"{100 * statistics.median(p.get(name, 0.0) for p in phase_ms) / total:.0f}%",
+        ]
+        for name in names
+    ]
+    rows.append(["total wall per commit", Stat.of(per_commit_ms).fmt(".2f"), "100%"])
+    print_table(
+        "Where one commit's wall time goes (ms per commit, no profiler)", ["phase", "ms", "share"], rows
+    )
+
+    table, store, tmp = _profile_table(hosts)
+    try:
+        prof = cProfile.Profile()
+        t0 = time.perf_counter()
+        prof.enable()
+        for i in range(n):
+            table.append(_batch(0, i))
+        prof.disable()
+        wall = time.perf_counter() - t0
+    finally:
+        store.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    stats = pstats.Stats(prof, stream=io.StringIO())
+    raw: dict[tuple[str, int, str], tuple[int, int, float, float, Any]] = stats.stats  # type: ignore[attr-defined]
+    ours = sorted(
+        ((k, v) for k, v in raw.items() if k[0].startswith(OUR_PACKAGES)),
+        key=lambda kv: kv[1][3],
+        reverse=True,
+    )
+    print(f"cProfile: {n} appends in {wall:.3f} s under the profiler ({1000 * wall / n:.2f} ms/commit)")
+    print_table(
+        "Our code by cumulative time (cProfile, main thread)",
+        ["function", "calls", "cumulative s", "ms/commit", "own s"],
+        [
+            [_label(k), nc, f"{ct:.3f}", f"{1000 * ct / n:.2f}", f"{tt:.3f}"]
+            for k, (_c, nc, tt, ct, _) in ours[:top]
+        ],
+    )
+    by_own = sorted(raw.items(), key=lambda kv: kv[1][2], reverse=True)[:top]
+    print_table(
+        "All functions by own time (cProfile, main thread)",
+        ["function", "calls", "own s", "cumulative s"],
+        [[_label(k), nc, f"{tt:.3f}", f"{ct:.3f}"] for k, (_c, nc, tt, ct, _) in by_own],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver
+
+
+def _load() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "n/a"
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (median and range)")
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)} (default: all)"
+    )
+    parser.add_argument("--top", type=int, default=15, help="rows of the cProfile tables")
+    args = parser.parse_args(argv)
+    args.parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    if unknown := set(args.parts) - set(PARTS):
+        parser.error(f"unknown parts {sorted(unknown)}; choose from {PARTS}")
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    return args
+
+
+def _raise_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # unwinds through the finally blocks that stop the servers
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    from tests.support.zkserver import ZooKeeperEnsemble, ZooKeeperServer
+
+    os.environ.pop("EVENTLOG_SLOTS", None)  # "embedded" must mean the default store
+    previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    sizes = {1: 30, 4: 15} if args.quick else {1: 300, 4: 150}
+    claims_per_writer = 30 if args.quick else 300
+    profile_appends = 50 if args.quick else 200
+    print(f"# bench_zookeeper ({'quick' if args.quick else 'full'}): {machine_note()}")
+    print(f"parts: {', '.join(args.parts)}; {args.repeat} runs each")
+    standalone = ZooKeeperServer(force_sync=True)
+    ensemble = ZooKeeperEnsemble(3, force_sync=True)
+    ok = True
+    try:
+        t0 = time.perf_counter()
+        standalone.start()
+        ensemble.start()
+        print(
+            f"ZooKeeper: standalone {standalone.hosts} ({standalone.mode()}); ensemble {ensemble.hosts} "
+            f"({', '.join(str(m) for m in ensemble.modes())}); forceSync=yes, tickTime 2000 ms; "
+            f"started in {time.perf_counter() - t0:.1f} s"
+        )
+        hosts = {"zk-standalone": standalone.hosts, "zk-ensemble": ensemble.hosts}
+        if "appends" in args.parts:
+            ok = part_appends(hosts, sizes, args.repeat) and ok
+        if "claims" in args.parts:
+            part_claims(ensemble.hosts, 4, claims_per_writer, args.repeat)
+        if "profile" in args.parts:
+            part_profile(ensemble.hosts, profile_appends, args.repeat, args.top)
+    finally:
+        try:
+            ensemble.close()
+        finally:
+            standalone.close()
+            signal.signal(signal.SIGTERM, previous)
+        print(f"servers stopped; loadavg {_load()}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
