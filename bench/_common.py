@@ -6,6 +6,7 @@ import argparse
 import datetime as dt
 import os
 import platform
+import resource
 import statistics
 import subprocess
 from collections.abc import Sequence
@@ -49,6 +50,18 @@ class Stat:
 
     def fmt(self, spec: str = ".1f", unit: str = "") -> str:
         return f"{self.median:{spec}}{unit} [{self.low:{spec}}-{self.high:{spec}}]"
+
+
+def cpu_seconds() -> float:
+    """User + system CPU time of this process, all threads included."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def rotated(items: Sequence[str], rep: int) -> list[str]:
+    """``items`` rotated by ``rep``: each engine goes first in turn (order effects cancel out)."""
+    k = rep % len(items)
+    return [*items[k:], *items[:k]]
 
 
 def ratio(ours: float, peer: float) -> float:

@@ -3,7 +3,8 @@
 One in-memory Arrow table (5,000,000 rows; ``--quick``: 200,000) with the columns
 ``id int64, value float64, name string (10 chars), ts timestamp[us, UTC], count int32``
 (no partitioning) is written by each engine into a fresh directory, ``--repeat`` times,
-interleaved:
+interleaved (the engine that goes first rotates from run to run, and ``os.sync()`` runs
+before each timed write and before the scans, so no engine pays for another's writeback):
 
 * ours:      ``Table.create(path, schema).append(table)`` -- only the append is timed
 * deltalake: ``deltalake.write_deltalake(path, table)`` (new table)
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import gc
 import multiprocessing as mp
+import os
 import resource
 import shutil
 import sys
@@ -46,7 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bench._common import Stat, machine_note, parse_args, print_table, ratio, verdict
+from bench._common import Stat, cpu_seconds, machine_note, parse_args, print_table, ratio, rotated, verdict
 
 SCHEMA = pa.schema(
     [
@@ -221,28 +223,34 @@ def main() -> int:
 
     write_s: dict[str, list[float]] = {e: [] for e in ENGINES}
     scan_s: dict[str, list[float]] = {e: [] for e in ENGINES}
+    write_cpu: dict[str, list[float]] = {e: [] for e in ENGINES}  # CPU s, all threads
+    scan_cpu: dict[str, list[float]] = {e: [] for e in ENGINES}
     sizes: dict[str, int] = {}
     files: dict[str, int] = {}
     expected_sum = pc.sum(table["id"]).as_py()
     tmp = tempfile.mkdtemp(prefix="bench-bulk-")
     try:
         for rep in range(args.repeat):
-            for engine in ENGINES:
+            for engine in rotated(ENGINES, rep):
                 path = str(Path(tmp) / f"{engine}-{rep}")
                 run = writer_for(engine, table, path)
                 gc.collect()
-                start = time.perf_counter()
+                os.sync()  # no writeback of an earlier engine's files during this one's timing
+                start, cpu = time.perf_counter(), cpu_seconds()
                 run()
                 write_s[engine].append(time.perf_counter() - start)
+                write_cpu[engine].append(cpu_seconds() - cpu)
                 parquet = [p for p in Path(path).rglob("*.parquet") if "_delta_log" not in p.parts]
                 sizes[engine] = sum(p.stat().st_size for p in parquet)
                 files[engine] = len(parquet)
-            for engine in ENGINES:
+            os.sync()
+            for engine in rotated(ENGINES, rep):
                 read = reader_for(engine, str(Path(tmp) / f"{engine}-{rep}"))
                 gc.collect()
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), cpu_seconds()
                 got = read()
                 scan_s[engine].append(time.perf_counter() - start)
+                scan_cpu[engine].append(cpu_seconds() - cpu)
                 if got.num_rows != rows or pc.sum(got["id"]).as_py() != expected_sum:
                     print(f"ERROR: {engine} read back {got.num_rows} rows, expected {rows}")
                     return 1
@@ -270,6 +278,7 @@ def main() -> int:
                 f"{rows / w[e].median / 1e6:.2f}",
                 f"{mb / w[e].median:.0f}",
                 f"{ratio(w[e].median, w['ours'].median):.2f}x",
+                Stat.of(write_cpu[e]).fmt(".2f"),
                 f"{files[e]} / {sizes[e] / 1e6:.0f} MB",
             ]
         )
@@ -282,6 +291,7 @@ def main() -> int:
                 f"{rows / s[e].median / 1e6:.2f}",
                 f"{mb / s[e].median:.0f}",
                 f"{ratio(s[e].median, s['ours'].median):.2f}x",
+                Stat.of(scan_cpu[e]).fmt(".2f"),
                 "",
             ]
         )
@@ -289,7 +299,7 @@ def main() -> int:
         f"Bulk append and scan of {rows:,} rows ({mb:.0f} MB in Arrow): seconds, median [min-max] "
         f"of {args.repeat}",
         ["phase", "engine", "seconds", "M rows/s", "MB/s", "ours / engine (throughput, > 1 = ours faster)",
-         "files / on disk"],
+         "CPU s (all threads)", "files / on disk"],
         write_rows,
     )  # fmt: skip
 

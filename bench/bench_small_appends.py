@@ -1,14 +1,16 @@
 """Small blind appends: commits/s of 1-row appends, ours versus delta-rs.
 
 Four configurations, each run ``--repeat`` times on a fresh table (configurations are
-interleaved so that drift in machine load hits all of them alike):
+interleaved, and which engine goes first rotates, so that drift in machine load hits all of
+them alike):
 
 * ours, 1 writer      -- ``Table.open(path).append(batch)`` in a loop, default embedded slot store
 * ours, 4 processes   -- four processes, each with its own handle on one shared table
 * deltalake, 1 writer -- ``deltalake.write_deltalake(path, batch, mode="append")`` in a loop
 * deltalake, 4 procs  -- four processes appending to one shared delta-rs table
 
-Every writer runs in a process started with the "spawn" context, does its set-up (imports,
+CPU time (user + system, all threads, summed over the writers) per commit is reported too:
+it is much less sensitive than wall time to other jobs on the machine. Every writer runs in a process started with the "spawn" context, does its set-up (imports,
 opening its handle, building its batch), then waits on a barrier so that all start together.
 Throughput = successful appends / (last writer's end - first writer's start). Any exception
 from an append counts as a failure (ours must have none). Afterwards our table must be at
@@ -33,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 
 import pyarrow as pa
 
-from bench._common import Stat, machine_note, parse_args, print_table, ratio, verdict
+from bench._common import Stat, cpu_seconds, machine_note, parse_args, print_table, ratio, rotated, verdict
 
 SCHEMA = pa.schema([("id", pa.int64()), ("writer", pa.int32()), ("payload", pa.string())])
 TARGET_RATIO = 10.0
@@ -51,6 +53,7 @@ class RunResult:
     version: int = -1
     rows: int = -1
     retries: int = 0
+    cpu: float = 0.0  # CPU seconds of all writer processes (all threads)
 
     @property
     def commits_per_s(self) -> float:
@@ -91,6 +94,7 @@ def _worker(engine: str, path: str, n: int, writer: int, barrier: Any, results: 
         ok = retries = 0
         barrier.wait()
         start = time.perf_counter()  # CLOCK_MONOTONIC on Linux: comparable across processes
+        cpu = cpu_seconds()
         for b in batches:
             try:
                 retries += append(b)
@@ -98,10 +102,10 @@ def _worker(engine: str, path: str, n: int, writer: int, barrier: Any, results: 
             except Exception as exc:
                 errors[type(exc).__name__] += 1
         end = time.perf_counter()
-        results.put((writer, start, end, ok, dict(errors), retries))
+        results.put((writer, start, end, ok, dict(errors), retries, cpu_seconds() - cpu))
     except BaseException as exc:  # set-up failed: report it rather than hang the barrier
         barrier.abort()
-        results.put((writer, 0.0, 0.0, 0, {f"setup:{type(exc).__name__}: {exc}": n}, 0))
+        results.put((writer, 0.0, 0.0, 0, {f"setup:{type(exc).__name__}: {exc}": n}, 0, 0.0))
 
 
 def _create(engine: str, path: str) -> None:
@@ -152,8 +156,9 @@ def run_config(engine: str, writers: int, per_writer: int) -> RunResult:
         seconds = max(r[2] for r in rows) - min(r[1] for r in rows)
         version, nrows = _inspect(engine, path)
         retries = sum(r[5] for r in rows)
+        cpu = sum(r[6] for r in rows)
         return RunResult(
-            engine, writers, ok, writers * per_writer - ok, seconds, errors, version, nrows, retries
+            engine, writers, ok, writers * per_writer - ok, seconds, errors, version, nrows, retries, cpu
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -167,13 +172,14 @@ def main() -> int:
     results: dict[tuple[str, int], list[RunResult]] = {}
     for rep in range(args.repeat):
         for writers in (1, 4):
-            for engine in ENGINES:
+            for engine in rotated(ENGINES, rep):
                 r = run_config(engine, writers, sizes[writers])
                 results.setdefault((engine, writers), []).append(r)
                 print(
                     f"  run {rep + 1}: {engine:9s} {writers} writer(s): {r.commits_per_s:8.1f} commits/s, "
-                    f"{r.ok} ok, {r.failed} failed {dict(r.errors) or ''}, {r.retries} lost claims "
-                    f"-> version {r.version}, {r.rows} rows",
+                    f"{r.ok} ok, {r.failed} failed{' ' + str(dict(r.errors)) if r.errors else ''}"
+                    + (f", {r.retries} lost slot claims" if engine == "ours" else "")
+                    + f", CPU {1000 * r.cpu / max(1, r.ok):.2f} ms/commit -> version {r.version}, {r.rows} rows",
                     flush=True,
                 )
 
@@ -184,6 +190,7 @@ def main() -> int:
             runs = results[(engine, writers)]
             cps = Stat.of([r.commits_per_s for r in runs])
             ms = Stat.of([1000 * r.seconds / max(1, r.ok) * writers for r in runs])
+            cpu_ms = Stat.of([1000 * r.cpu / max(1, r.ok) for r in runs])
             failed = sum(r.failed for r in runs)
             errs: Counter[str] = Counter()
             for r in runs:
@@ -195,6 +202,7 @@ def main() -> int:
                     writers * sizes[writers],
                     cps.fmt(".0f"),
                     ms.fmt(".2f"),
+                    cpu_ms.fmt(".2f"),
                     f"{failed} / {len(runs) * writers * sizes[writers]}",
                     ", ".join(f"{k} x{v}" for k, v in errs.items()) or "-",
                     str(sum(r.retries for r in runs)) if engine == "ours" else "n/a",
@@ -208,6 +216,7 @@ def main() -> int:
             "appends/run",
             "commits/s",
             "ms/commit per writer",
+            "CPU ms/commit",
             "failed (all runs)",
             "errors",
             "lost slot claims (all runs)",
