@@ -9,12 +9,13 @@ them alike):
 * deltalake, 1 writer -- ``deltalake.write_deltalake(path, batch, mode="append")`` in a loop
 * deltalake, 4 procs  -- four processes appending to one shared delta-rs table
 
-CPU time (user + system, all threads, summed over the writers) per commit is reported too:
-it is much less sensitive than wall time to other jobs on the machine. Every writer runs in a process started with the "spawn" context, does its set-up (imports,
+Every writer runs in a process started with the "spawn" context, does its set-up (imports,
 opening its handle, building its batch), then waits on a barrier so that all start together.
 Throughput = successful appends / (last writer's end - first writer's start). Any exception
 from an append counts as a failure (ours must have none). Afterwards our table must be at
-version == appends and hold one row per append.
+version == appends and hold one row per append. CPU time per commit (user + system, all
+threads, summed over the writers) is reported too: it is much less sensitive than wall time
+to other jobs on the machine.
 
 Run: ``.venv/bin/python bench/bench_small_appends.py [--quick] [--repeat N]``
 """
@@ -179,7 +180,8 @@ def main() -> int:
                     f"  run {rep + 1}: {engine:9s} {writers} writer(s): {r.commits_per_s:8.1f} commits/s, "
                     f"{r.ok} ok, {r.failed} failed{' ' + str(dict(r.errors)) if r.errors else ''}"
                     + (f", {r.retries} lost slot claims" if engine == "ours" else "")
-                    + f", CPU {1000 * r.cpu / max(1, r.ok):.2f} ms/commit -> version {r.version}, {r.rows} rows",
+                    + f", CPU {1000 * r.cpu / max(1, r.ok):.2f} ms/commit"
+                    + f" -> version {r.version}, {r.rows} rows",
                     flush=True,
                 )
 

@@ -248,6 +248,58 @@ def overwrite(
     )  # fmt: skip
 
 
+def _evolve_schema(txn: Transaction, written_schema: pa.Schema | None) -> None:
+    """``mergeSchema`` for files written elsewhere: adopt their schema if it only adds columns."""
+    if written_schema is None:
+        return
+    schema = txn.schema
+    merged = merge_schema(schema, canonical_schema(written_schema))
+    if not merged.equals(schema):
+        _change_schema(txn, merged)
+
+
+def append_files(
+    txn: Transaction, adds: Sequence[AddFile], *, schema: pa.Schema | None = None, num_rows: int | None = None
+) -> None:
+    """A blind append of data files an engine (Spark tasks) already wrote and conformed.
+
+    ``schema``: the written files' schema, when it may add columns (mergeSchema); the
+    files are deleted if the commit fails.
+    """
+    txn.set_operation("WRITE", {"mode": "Append", "partitionBy": list(txn.metadata.partition_columns)})
+    _evolve_schema(txn, schema)
+    txn.add_files(adds)
+    rows = num_rows if num_rows is not None else sum(a.num_records or 0 for a in adds)
+    txn.add_metrics(numFiles=len(adds), numOutputRows=rows, numOutputBytes=sum(a.size for a in adds))
+
+
+def overwrite_files(
+    txn: Transaction,
+    adds: Sequence[AddFile],
+    *,
+    replace_where: str | None = None,
+    schema: pa.Schema | None = None,
+    num_rows: int | None = None,
+) -> None:
+    """Replace the table's rows (or those matching ``replace_where``) with files already
+    written. The writer must have checked that every new row satisfies ``replace_where``."""
+    params: dict[str, Any] = {"mode": "Overwrite", "partitionBy": list(txn.metadata.partition_columns)}
+    if replace_where is not None:
+        params["predicate"] = [replace_where]
+    txn.set_operation("WRITE", params)
+    check_append_only(txn, "overwrite")
+    _evolve_schema(txn, schema)
+    pred = txn.parse_predicate(replace_where, "replace_where") if replace_where is not None else None
+    files = txn.scan(pred)
+    removed, deleted_rows, copied = _remove_rows(txn, files, pred)
+    txn.add_files(adds)
+    rows = num_rows if num_rows is not None else sum(a.num_records or 0 for a in adds)
+    txn.add_metrics(
+        numFiles=len(adds), numOutputRows=rows, numRemovedFiles=removed, numDeletedRows=deleted_rows,
+        numCopiedRows=copied,
+    )  # fmt: skip
+
+
 def delete(txn: Transaction, predicate: str | None) -> None:
     txn.set_operation("DELETE", {"predicate": [predicate] if predicate else []})
     check_append_only(txn, "DELETE")

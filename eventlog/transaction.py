@@ -323,6 +323,23 @@ class Transaction:
     ) -> None:
         operations.overwrite(self, data, replace_where=replace_where, schema_mode=schema_mode)
 
+    def append_files(
+        self, adds: Sequence[AddFile], *, schema: pa.Schema | None = None, num_rows: int | None = None
+    ) -> None:
+        """Append data files written elsewhere (e.g. by Spark tasks); see :mod:`operations`."""
+        operations.append_files(self, adds, schema=schema, num_rows=num_rows)
+
+    def overwrite_files(
+        self,
+        adds: Sequence[AddFile],
+        *,
+        replace_where: str | None = None,
+        schema: pa.Schema | None = None,
+        num_rows: int | None = None,
+    ) -> None:
+        """Overwrite with data files written elsewhere; see :mod:`operations`."""
+        operations.overwrite_files(self, adds, replace_where=replace_where, schema=schema, num_rows=num_rows)
+
     def delete(self, predicate: str | None = None) -> None:
         operations.delete(self, predicate)
 
