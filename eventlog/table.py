@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -586,6 +586,21 @@ class Table:
         """A transaction reading the latest snapshot; run one operation, then ``commit()``."""
         return Transaction(self, self.refresh())
 
+    def _run(
+        self,
+        operation: Callable[[Transaction], object],
+        *,
+        txn_app_id: str | None = None,
+        txn_version: int | None = None,
+        user_metadata: str | None = None,
+    ) -> CommitResult:
+        """One operation in its own transaction: refresh, (idempotency check,) run, commit."""
+        txn = self.transaction()
+        txn.user_metadata = user_metadata
+        if txn.idempotent(txn_app_id, txn_version):
+            operation(txn)
+        return txn.commit()
+
     def append(
         self,
         data: pa.Table | pa.RecordBatch,
@@ -595,13 +610,15 @@ class Table:
         txn_version: int | None = None,
         user_metadata: str | None = None,
     ) -> CommitResult:
-        """Blind append (no reads: cannot conflict with other writers' data changes)."""
-        txn = self.transaction()
-        txn.user_metadata = user_metadata
-        if not txn.idempotent(txn_app_id, txn_version):
-            return txn.commit()
-        txn.append(data, schema_mode=schema_mode)
-        return txn.commit()
+        """Blind append (no reads: cannot conflict with other writers' data changes).
+
+        ``txn_app_id``/``txn_version``: an idempotent write (Delta's options of the same
+        names): skipped, without a new version, when the app already committed that version.
+        """
+        return self._run(
+            lambda txn: txn.append(data, schema_mode=schema_mode),
+            txn_app_id=txn_app_id, txn_version=txn_version, user_metadata=user_metadata,
+        )  # fmt: skip
 
     def overwrite(
         self,
@@ -613,22 +630,17 @@ class Table:
         txn_version: int | None = None,
         user_metadata: str | None = None,
     ) -> CommitResult:
-        txn = self.transaction()
-        txn.user_metadata = user_metadata
-        if not txn.idempotent(txn_app_id, txn_version):
-            return txn.commit()
-        txn.overwrite(data, replace_where=replace_where, schema_mode=schema_mode)
-        return txn.commit()
+        """Replace all rows, or those matching ``replace_where``, with ``data``."""
+        return self._run(
+            lambda txn: txn.overwrite(data, replace_where=replace_where, schema_mode=schema_mode),
+            txn_app_id=txn_app_id, txn_version=txn_version, user_metadata=user_metadata,
+        )  # fmt: skip
 
     def delete(self, predicate: str | None = None) -> CommitResult:
-        txn = self.transaction()
-        txn.delete(predicate)
-        return txn.commit()
+        return self._run(lambda txn: txn.delete(predicate))
 
     def update(self, predicate: str | None = None, set: Mapping[str, str] | None = None) -> CommitResult:
-        txn = self.transaction()
-        txn.update(predicate, set)
-        return txn.commit()
+        return self._run(lambda txn: txn.update(predicate, set))
 
     def merge(
         self, source: pa.Table, on: str, *, source_alias: str = "source", target_alias: str = "target"
@@ -646,30 +658,24 @@ class Table:
         target_size: int | None = None,
     ) -> CommitResult:
         """Bin-packing compaction (``dataChange=false``), optionally Z-ordered."""
-        txn = self.transaction()
-        txn.optimize(zorder_by=zorder_by, partition_filter=partition_filter, target_size=target_size)
-        return txn.commit()
+        return self._run(
+            lambda txn: txn.optimize(
+                zorder_by=zorder_by, partition_filter=partition_filter, target_size=target_size
+            )
+        )
 
     def restore(self, version: int) -> CommitResult:
         """Make version ``version``'s files live again (Delta's RESTORE), as a new version."""
-        txn = self.transaction()
-        txn.restore(version)
-        return txn.commit()
+        return self._run(lambda txn: txn.restore(version))
 
     def set_properties(self, properties: Mapping[str, str]) -> CommitResult:
-        txn = self.transaction()
-        txn.set_properties(properties)
-        return txn.commit()
+        return self._run(lambda txn: txn.set_properties(properties))
 
     def unset_properties(self, keys: Sequence[str]) -> CommitResult:
-        txn = self.transaction()
-        txn.unset_properties(keys)
-        return txn.commit()
+        return self._run(lambda txn: txn.unset_properties(keys))
 
     def add_columns(self, fields: Sequence[pa.Field]) -> CommitResult:
-        txn = self.transaction()
-        txn.add_columns(fields)
-        return txn.commit()
+        return self._run(lambda txn: txn.add_columns(fields))
 
     # ------------------------------------------------------------------ reads
 
