@@ -74,6 +74,13 @@ TARGET_VS_EMBEDDED = 0.5
 ZK_TIMEOUT = 10.0
 RESULT_TIMEOUT = 900.0
 CLAIM_PAYLOAD = b"x" * 200  # about the size of our slot payload (claim JSON)
+# Phases of a commit (part 3)
+LOG_IO = "_delta_log file I/O (LogStore)"
+DATA_FILES = "data file write (write_rows)"
+CHECKPOINT = "checkpoint (every 100 versions)"
+BACKOFF = "back-off sleep after a lost claim"
+REST = "rest: our Python, pyarrow, encode/decode"
+IDLE_SECONDS = 3.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -91,6 +98,11 @@ class RunResult:
     version: int = -1
     rows: int = -1
     retries: int = 0
+    cpu: float = 0.0  # CPU seconds of the writer processes during their append loops
+    server_cpu: float = 0.0  # CPU seconds of the ZooKeeper JVMs during the run (if pids given)
+    writer_seconds: float = 0.0  # sum over writers of their loop's wall time
+    requests: Counter[str] = field(default_factory=Counter)  # ZooKeeper requests (instrumented)
+    phases: Counter[str] = field(default_factory=Counter)  # seconds per phase (instrumented)
 
     @property
     def commits_per_s(self) -> float:
@@ -114,12 +126,24 @@ def _close_slots(table: Any) -> None:
 
 
 def _append_worker(
-    config: str, path: str, spec: str | None, n: int, writer: int, barrier: Any, results: Any
+    config: str,
+    path: str,
+    spec: str | None,
+    n: int,
+    writer: int,
+    barrier: Any,
+    results: Any,
+    instrument: bool = False,
 ) -> None:
-    """One writer process: set up, wait for the others, append ``n`` 1-row batches."""
+    """One writer process: set up, wait for the others, append ``n`` 1-row batches.
+
+    ``instrument``: also count ZooKeeper requests and time the phases of each commit
+    (see :func:`_instrumented`), including the back-off sleeps after lost claims.
+    """
     table: Any = None
     try:
         batches = [_batch(writer, i) for i in range(n)]
+        phases = _Phases()
         if config == "deltalake":
             from deltalake import write_deltalake
 
@@ -128,28 +152,37 @@ def _append_worker(
                 return 0  # delta-rs retries internally and does not report it
 
         else:
+            from eventlog.retry import RetryPolicy
             from eventlog.table import Table
 
-            table = Table.open(path, slots=spec)
+            # The default policy, with its sleep timed when instrumenting.
+            policy = RetryPolicy(sleep=phases.wrap(BACKOFF, time.sleep)) if instrument else None
+            table = Table.open(path, slots=spec, retry_policy=policy)
 
             def append(b: pa.RecordBatch) -> int:
                 return int(table.append(b).attempts) - 1  # slot claims lost before this commit
 
         errors: Counter[str] = Counter()
         ok = retries = 0
-        barrier.wait(timeout=RESULT_TIMEOUT)
-        start = time.perf_counter()  # CLOCK_MONOTONIC on Linux: comparable across processes
-        for b in batches:
-            try:
-                retries += append(b)
-                ok += 1
-            except Exception as exc:
-                errors[type(exc).__name__] += 1
-        end = time.perf_counter()
-        results.put((writer, start, end, ok, dict(errors), retries))
+        with _instrumented(phases) if instrument else contextlib.nullcontext(Counter[str]()) as counts:
+            barrier.wait(timeout=RESULT_TIMEOUT)
+            counts.clear()
+            phases.clear()
+            cpu0 = time.process_time()  # this process, all threads (kazoo's included)
+            start = time.perf_counter()  # CLOCK_MONOTONIC on Linux: comparable across processes
+            for b in batches:
+                try:
+                    retries += append(b)
+                    ok += 1
+                except Exception as exc:
+                    errors[type(exc).__name__] += 1
+            end = time.perf_counter()
+            cpu = time.process_time() - cpu0
+            extra = {"cpu": cpu, "requests": dict(counts), "phases": dict(phases.seconds)}
+        results.put((writer, start, end, ok, dict(errors), retries, extra))
     except BaseException as exc:  # set-up failed: report it rather than hang the barrier
         barrier.abort()
-        results.put((writer, 0.0, 0.0, 0, {f"setup:{type(exc).__name__}: {exc}": n}, 0))
+        results.put((writer, 0.0, 0.0, 0, {f"setup:{type(exc).__name__}: {exc}": n}, 0, {}))
     finally:
         if table is not None and spec is not None:
             _close_slots(table)
@@ -189,7 +222,15 @@ def _inspect(config: str, path: str, spec: str | None) -> tuple[int, int]:
             _close_slots(table)
 
 
-def run_appends(config: str, writers: int, per_writer: int, hosts: dict[str, str]) -> RunResult:
+def run_appends(
+    config: str,
+    writers: int,
+    per_writer: int,
+    hosts: dict[str, str],
+    *,
+    instrument: bool = False,
+    server_pids: Sequence[int] = (),
+) -> RunResult:
     ctx = mp.get_context("spawn")
     tmp = tempfile.mkdtemp(prefix=f"bench-zk-{config}-")
     try:
@@ -199,9 +240,13 @@ def run_appends(config: str, writers: int, per_writer: int, hosts: dict[str, str
         barrier = ctx.Barrier(writers)
         results = ctx.Queue()
         procs = [
-            ctx.Process(target=_append_worker, args=(config, path, spec, per_writer, w, barrier, results))
+            ctx.Process(
+                target=_append_worker,
+                args=(config, path, spec, per_writer, w, barrier, results, instrument),
+            )
             for w in range(writers)
         ]
+        server_cpu0 = _cpu_seconds(server_pids)
         for p in procs:
             p.start()
         try:
@@ -212,9 +257,14 @@ def run_appends(config: str, writers: int, per_writer: int, hosts: dict[str, str
                 if p.is_alive():
                     p.kill()
                     p.join()
+        server_cpu = _cpu_seconds(server_pids) - server_cpu0
         errors: Counter[str] = Counter()
+        requests: Counter[str] = Counter()
+        phases: Counter[str] = Counter()
         for r in rows:
             errors.update(r[4])
+            requests.update(r[6].get("requests", {}))
+            phases.update(r[6].get("phases", {}))
         ok = sum(r[3] for r in rows)
         seconds = max(r[2] for r in rows) - min(r[1] for r in rows)
         version, nrows = _inspect(config, path, spec)
@@ -228,6 +278,11 @@ def run_appends(config: str, writers: int, per_writer: int, hosts: dict[str, str
             version,
             nrows,
             sum(r[5] for r in rows),
+            cpu=sum(r[6].get("cpu", 0.0) for r in rows),
+            server_cpu=server_cpu,
+            writer_seconds=sum(r[2] - r[1] for r in rows),
+            requests=requests,
+            phases=phases,
         )
         if config != "deltalake":
             assert result.version == writers * per_writer, (
@@ -241,13 +296,15 @@ def run_appends(config: str, writers: int, per_writer: int, hosts: dict[str, str
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def part_appends(hosts: dict[str, str], sizes: dict[int, int], repeat: int) -> bool:
+def part_appends(
+    hosts: dict[str, str], pids: dict[str, list[int]], sizes: dict[int, int], repeat: int
+) -> bool:
     print(f"\n## Part 1: small appends ({sizes[1]} appends x 1 writer, {sizes[4]} x 4 processes)\n")
     results: dict[tuple[str, int], list[RunResult]] = {}
     for rep in range(repeat):
         for writers in (1, 4):
             for config in CONFIGS:
-                r = run_appends(config, writers, sizes[writers], hosts)
+                r = run_appends(config, writers, sizes[writers], hosts, server_pids=pids.get(config, []))
                 results.setdefault((config, writers), []).append(r)
                 print(
                     f"  run {rep + 1}: {config:13s} {writers} writer(s): {r.commits_per_s:7.1f} commits/s, "
@@ -275,6 +332,10 @@ def part_appends(hosts: dict[str, str], sizes: dict[int, int], repeat: int) -> b
                     f"{sum(r.failed for r in runs)} / {len(runs) * writers * sizes[writers]}",
                     ", ".join(f"{k} x{v}" for k, v in errs.items()) or "-",
                     str(sum(r.retries for r in runs)) if config != "deltalake" else "n/a",
+                    Stat.of([1000 * r.cpu / max(1, r.ok) for r in runs]).fmt(".1f"),
+                    Stat.of([1000 * r.server_cpu / max(1, r.ok) for r in runs]).fmt(".1f")
+                    if config in ZK_CONFIGS
+                    else "-",
                 ]
             )
     print_table(
@@ -288,6 +349,8 @@ def part_appends(hosts: dict[str, str], sizes: dict[int, int], repeat: int) -> b
             "failed (all runs)",
             "errors",
             "lost slot claims (all runs)",
+            "writers' CPU ms/commit",
+            "ZooKeeper JVMs' CPU ms/commit",
         ],
         rows,
     )
@@ -544,51 +607,49 @@ class _Phases:
     """Wall time of the outermost wrapped call per phase (nested wrapped calls are not re-counted)."""
 
     def __init__(self) -> None:
-        self.seconds: Counter[str] = Counter()
-        self.calls: Counter[str] = Counter()
+        self.seconds: dict[str, float] = {}
         self._depth = threading.local()
+
+    def clear(self) -> None:
+        self.seconds.clear()
 
     def wrap(self, phase: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            depth = getattr(self._depth, "n", 0)
-            if depth or threading.current_thread() is not threading.main_thread():
+            if getattr(self._depth, "n", 0) or threading.current_thread() is not threading.main_thread():
                 return fn(*args, **kwargs)
             self._depth.n = 1
             t0 = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.seconds[phase] += time.perf_counter() - t0
-                self.calls[phase] += 1
+                self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - t0
                 self._depth.n = 0
 
         return timed
 
 
 @contextlib.contextmanager
-def _instrumented() -> Iterator[tuple[Counter[str], _Phases]]:
-    """Count ZooKeeper requests and time the phases of a commit (patches classes; undone on exit)."""
-    from kazoo.client import KazooClient, TransactionRequest
+def _instrumented(phases: _Phases) -> Iterator[Counter[str]]:
+    """Count ZooKeeper requests and time the phases of commits into ``phases``.
+
+    Patches classes in this process (undone on exit): every request a kazoo client sends
+    (``KazooClient._call``, by request type; each is one round trip), the time spent in the
+    ZooKeeper slot store's methods (almost all of it waiting for replies), the ``_delta_log``
+    operations of ``LogStore``, data-file writes and checkpoints. Only calls on the main
+    thread are timed; a call made inside another timed call counts for the outer one.
+    """
+    from kazoo.client import KazooClient
 
     from eventlog import operations
     from eventlog.storage import LogStore
     from eventlog.table import Table
+    from lockstore.zookeeper import ZooKeeperSlotStore
 
-    phases = _Phases()
     patches: list[tuple[Any, str, Any]] = []
-    zk_sync = ("get", "exists", "create", "set", "get_children", "delete")
-    for name in zk_sync:
-        patches.append(
-            (KazooClient, name, phases.wrap("ZooKeeper (waiting for replies)", getattr(KazooClient, name)))
-        )
-    patches.append(
-        (
-            TransactionRequest,
-            "commit",
-            phases.wrap("ZooKeeper (waiting for replies)", TransactionRequest.commit),
-        )
-    )
+    for name in ("latest", "claim", "mark_complete", "get", "find_txn", "owner_alive", "bind"):
+        fn = getattr(ZooKeeperSlotStore, name)
+        patches.append((ZooKeeperSlotStore, name, phases.wrap(f"ZooKeeper slot store: {name}()", fn)))
     for name in (
         "stage",
         "publish",
@@ -598,38 +659,64 @@ def _instrumented() -> Iterator[tuple[Counter[str], _Phases]]:
         "delete_staged",
         "list_log",
     ):
-        patches.append(
-            (LogStore, name, phases.wrap("_delta_log file I/O (LogStore)", getattr(LogStore, name)))
-        )
-    patches.append(
-        (operations, "write_rows", phases.wrap("data file write (write_rows)", operations.write_rows))
-    )
-    patches.append((Table, "checkpoint", phases.wrap("checkpoints (every 100 versions)", Table.checkpoint)))
+        patches.append((LogStore, name, phases.wrap(LOG_IO, getattr(LogStore, name))))
+    patches.append((operations, "write_rows", phases.wrap(DATA_FILES, operations.write_rows)))
+    patches.append((Table, "checkpoint", phases.wrap(CHECKPOINT, Table.checkpoint)))
     originals = [(owner, name, owner.__dict__[name]) for owner, name, _ in patches]
     original_call = KazooClient.__dict__["_call"]
     try:
         counts = _count_requests()
         for owner, name, wrapped in patches:
             setattr(owner, name, wrapped)
-        yield counts, phases
+        yield counts
     finally:
         KazooClient._call = original_call
         for owner, name, original in originals:
             setattr(owner, name, original)
 
 
+def _cpu_seconds(pids: Sequence[int]) -> float:
+    """User + system CPU seconds of processes (all their threads), from /proc; 0 for gone ones."""
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    return total
+
+
 def _profile_table(hosts: str) -> tuple[Any, Any, str]:
+    """A fresh table on its own ZooKeeperSlotStore (own chroot), warmed up by 5 appends."""
     from eventlog.table import Table
     from lockstore.zookeeper import ZooKeeperSlotStore
 
     store = ZooKeeperSlotStore(hosts, chroot=f"/bench-profile-{uuid.uuid4().hex[:12]}", timeout=ZK_TIMEOUT)
     tmp = tempfile.mkdtemp(prefix="bench-zk-profile-")
-    path = str(Path(tmp) / "table")
-    Table.create(path, SCHEMA, slots=store)
-    table = Table.open(path, slots=store)
-    for i in range(5):  # warm-up: imports, first data file, kazoo's connection
-        table.append(_batch(9, i))
+    try:
+        path = str(Path(tmp) / "table")
+        Table.create(path, SCHEMA, slots=store)
+        table = Table.open(path, slots=store)
+        for i in range(5):  # warm-up: imports, first data file, kazoo's connection
+            table.append(_batch(9, i))
+    except BaseException:
+        store.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return table, store, tmp
+
+
+def _warm_up(hosts: str, n: int) -> None:
+    """``n`` appends through a fresh table, so that the servers' JIT has compiled the hot paths."""
+    table, store, tmp = _profile_table(hosts)
+    try:
+        for i in range(n):
+            table.append(_batch(8, i))
+    finally:
+        store.close()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _label(key: tuple[str, int, str]) -> str:
@@ -643,60 +730,114 @@ def _label(key: tuple[str, int, str]) -> str:
     return f"{filename}:{line}({func})"
 
 
-def part_profile(hosts: str, n: int, repeat: int, top: int) -> None:
-    print(f"\n## Part 3: one writer, {n} appends through the ensemble\n")
-    per_commit_ms: list[float] = []
-    requests: list[Counter[str]] = []
-    phase_ms: list[dict[str, float]] = []
+def _request_table(title: str, runs: Sequence[tuple[Counter[str], int]]) -> None:
+    """ZooKeeper requests per commit by type; ``runs``: (request counts, commits) per run."""
+    kinds = sorted({k for c, _ in runs for k in c}, key=lambda k: -sum(c[k] for c, _ in runs))
+    rows = [[k, Stat.of([c[k] / n for c, n in runs]).fmt(".2f")] for k in kinds]
+    rows.append(["total", Stat.of([sum(c.values()) / n for c, n in runs]).fmt(".2f")])
+    print_table(title, ["request (one round trip each)", "per commit"], rows)
+
+
+def _phase_table(
+    title: str, runs: Sequence[tuple[dict[str, float], float]], extra: Sequence[list[str]]
+) -> None:
+    """Phases in ms per commit; ``runs``: (ms per commit by phase, total ms per commit) per run."""
+    with_rest = [({**p, REST: total - sum(p.values())}, total) for p, total in runs]
+    names = sorted(
+        {k for p, _ in with_rest for k in p},
+        key=lambda k: -statistics.median(p.get(k, 0.0) for p, _ in with_rest),
+    )
+    total = statistics.median(t for _, t in with_rest)
+    rows = [
+        [
+            name,
+            Stat.of([p.get(name, 0.0) for p, _ in with_rest]).fmt(".2f"),
+            f"{100 * statistics.median(p.get(name, 0.0) for p, _ in with_rest) / total:.0f}%",
+        ]
+        for name in names
+    ]
+    rows.append(["total", Stat.of([t for _, t in with_rest]).fmt(".2f"), "100%"])
+    print_table(title, ["phase", "ms per commit", "share"], [*rows, *extra])
+
+
+def part_profile(
+    hosts: str, n: int, contended: int, repeat: int, top: int, server_pids: Sequence[int]
+) -> None:
+    print(f"\n## Part 3: where the time goes (ensemble; 1 writer x {n}, 4 processes x {contended})\n")
+    idle0 = _cpu_seconds(server_pids)
+    time.sleep(IDLE_SECONDS)
+    idle = (_cpu_seconds(server_pids) - idle0) / IDLE_SECONDS
+    print(f"  ZooKeeper JVMs idle (before the runs): {1000 * idle:.0f} ms CPU per second, all 3 together")
+    single: list[tuple[Counter[str], dict[str, float], float, float, float]] = []
     for rep in range(repeat):
         table, store, tmp = _profile_table(hosts)
         try:
             start_version = table.version
-            with _instrumented() as (counts, phases):
+            phases = _Phases()
+            with _instrumented(phases) as counts:
+                counts.clear()
+                cpu0, server0 = time.process_time(), _cpu_seconds(server_pids)
                 t0 = time.perf_counter()
                 for i in range(n):
                     table.append(_batch(0, i))
                 wall = time.perf_counter() - t0
-                snapshot_counts = Counter(counts)
-                snapshot_phases = dict(phases.seconds)
+                cpu, server = time.process_time() - cpu0, _cpu_seconds(server_pids) - server0
+                got = (Counter(counts), {k: 1000 * v / n for k, v in phases.seconds.items()})
             assert table.version == start_version + n
-            per_commit_ms.append(1000 * wall / n)
-            requests.append(snapshot_counts)
-            shares = {k: 1000 * v / n for k, v in snapshot_phases.items()}
-            shares["rest: our Python, pyarrow, encode/decode"] = 1000 * wall / n - sum(shares.values())
-            phase_ms.append(shares)
+            single.append((*got, 1000 * wall / n, 1000 * cpu / n, 1000 * server / n))
             print(
-                f"  run {rep + 1}: {1000 * wall / n:.2f} ms/commit ({n / wall:.0f} commits/s), "
-                f"{sum(snapshot_counts.values()) / n:.2f} ZooKeeper requests/commit; loadavg {_load()}",
+                f"  1 writer, run {rep + 1}: {1000 * wall / n:.2f} ms/commit ({n / wall:.0f} commits/s), "
+                f"{sum(got[0].values()) / n:.2f} ZooKeeper requests/commit, CPU/commit: client "
+                f"{1000 * cpu / n:.2f} ms, ZooKeeper JVMs {1000 * server / n:.2f} ms; loadavg {_load()}",
                 flush=True,
             )
         finally:
             store.close()
             shutil.rmtree(tmp, ignore_errors=True)
 
-    kinds = sorted({k for c in requests for k in c}, key=lambda k: -sum(c[k] for c in requests))
-    rows = [[k, Stat.of([c[k] / n for c in requests]).fmt(".2f")] for k in kinds]
-    rows.append(["total", Stat.of([sum(c.values()) / n for c in requests]).fmt(".2f")])
-    print_table(
-        "ZooKeeper requests per commit (each a round trip; median [min-max] over runs)",
-        ["request", "per commit"],
-        rows,
+    multi: list[RunResult] = []
+    for rep in range(repeat):
+        r = run_appends(
+            "zk-ensemble", 4, contended, {"zk-ensemble": hosts}, instrument=True, server_pids=server_pids
+        )
+        multi.append(r)
+        print(
+            f"  4 processes, run {rep + 1}: {r.commits_per_s:.0f} commits/s (instrumented), "
+            f"{r.retries / r.ok:.2f} lost claims/commit, {sum(r.requests.values()) / r.ok:.2f} "
+            f"ZooKeeper requests/commit, CPU/commit: clients {1000 * r.cpu / r.ok:.2f} ms, "
+            f"ZooKeeper JVMs {1000 * r.server_cpu / r.ok:.2f} ms; loadavg {_load()}",
+            flush=True,
+        )
+
+    _request_table(
+        "1 writer: ZooKeeper requests per commit (median [min-max] over runs)", [(c, n) for c, *_ in single]
     )
-    names = sorted(
-        {k for p in phase_ms for k in p}, key=lambda k: -statistics.median(p.get(k, 0) for p in phase_ms)
+    _request_table(
+        "4 processes: ZooKeeper requests per successful commit (median [min-max] over runs)",
+        [(r.requests, r.ok) for r in multi],
     )
-    total = statistics.median(per_commit_ms)
-    rows = [
-        [
-            name,
-            Stat.of([p.get(name, 0.0) for p in phase_ms]).fmt(".2f"),
-            f"{100 * statistics.median(p.get(name, 0.0) for p in phase_ms) / total:.0f}%",
+
+    def cpu_rows(client: Sequence[float], server: Sequence[float]) -> list[list[str]]:
+        both = [c + s for c, s in zip(client, server, strict=True)]
+        bound = [2 * 1000 / b for b in both if b > 0]
+        return [
+            ["(CPU) writer process(es), all threads", Stat.of(client).fmt(".2f"), ""],
+            ["(CPU) ZooKeeper JVMs", Stat.of(server).fmt(".2f"), ""],
+            ["(CPU) 2 cores / CPU per commit = commits/s bound", Stat.of(bound).fmt(".0f"), ""],
         ]
-        for name in names
-    ]
-    rows.append(["total wall per commit", Stat.of(per_commit_ms).fmt(".2f"), "100%"])
-    print_table(
-        "Where one commit's wall time goes (ms per commit, no profiler)", ["phase", "ms", "share"], rows
+
+    _phase_table(
+        "1 writer: wall time of one commit (instrumented, no profiler)",
+        [(p, total) for _, p, total, _, _ in single],
+        cpu_rows([s[3] for s in single], [s[4] for s in single]),
+    )
+    _phase_table(
+        "4 processes: writer wall time per successful commit (sum over writers / commits)",
+        [({k: 1000 * v / r.ok for k, v in r.phases.items()}, 1000 * r.writer_seconds / r.ok) for r in multi],
+        [
+            ["lost claims per commit", Stat.of([r.retries / r.ok for r in multi]).fmt(".2f"), ""],
+            *cpu_rows([1000 * r.cpu / r.ok for r in multi], [1000 * r.server_cpu / r.ok for r in multi]),
+        ],
     )
 
     table, store, tmp = _profile_table(hosts)
@@ -718,7 +859,10 @@ def part_profile(hosts: str, n: int, repeat: int, top: int) -> None:
         key=lambda kv: kv[1][3],
         reverse=True,
     )
-    print(f"cProfile: {n} appends in {wall:.3f} s under the profiler ({1000 * wall / n:.2f} ms/commit)")
+    print(
+        f"cProfile, 1 writer: {n} appends in {wall:.3f} s under the profiler "
+        f"({1000 * wall / n:.2f} ms/commit)"
+    )
     print_table(
         "Our code by cumulative time (cProfile, main thread)",
         ["function", "calls", "cumulative s", "ms/commit", "own s"],
@@ -777,6 +921,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = {1: 30, 4: 15} if args.quick else {1: 300, 4: 150}
     claims_per_writer = 30 if args.quick else 300
     profile_appends = 50 if args.quick else 200
+    warm_up = 100 if args.quick else 500
     print(f"# bench_zookeeper ({'quick' if args.quick else 'full'}): {machine_note()}")
     print(f"parts: {', '.join(args.parts)}; {args.repeat} runs each")
     standalone = ZooKeeperServer(force_sync=True)
@@ -792,12 +937,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"started in {time.perf_counter() - t0:.1f} s"
         )
         hosts = {"zk-standalone": standalone.hosts, "zk-ensemble": ensemble.hosts}
+        pids = {
+            "zk-standalone": [p for p in [standalone.pid] if p is not None],
+            "zk-ensemble": [node.pid for node in ensemble.nodes if node.pid is not None],
+        }
+        for config in ZK_CONFIGS:  # the JVMs start cold (C1 JIT, nothing compiled yet)
+            t0 = time.perf_counter()
+            _warm_up(hosts[config], warm_up)
+            print(f"warm-up: {warm_up} appends through {config} in {time.perf_counter() - t0:.1f} s")
         if "appends" in args.parts:
-            ok = part_appends(hosts, sizes, args.repeat) and ok
+            ok = part_appends(hosts, pids, sizes, args.repeat) and ok
         if "claims" in args.parts:
             part_claims(ensemble.hosts, 4, claims_per_writer, args.repeat)
         if "profile" in args.parts:
-            part_profile(ensemble.hosts, profile_appends, args.repeat, args.top)
+            part_profile(
+                ensemble.hosts, profile_appends, sizes[4], args.repeat, args.top, pids["zk-ensemble"]
+            )
     finally:
         try:
             ensemble.close()

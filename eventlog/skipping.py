@@ -17,7 +17,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eventlog.expressions import _ARROW_ERRORS, Call, Column, Expr, Literal, _any, _apply, _value_set
+from eventlog.evaluation import _ARROW_ERRORS, _any, _apply, _value_set
+from eventlog.expr_nodes import Call, Column, Expr, Literal
 
 _FLIP = {
     "eq": "eq",

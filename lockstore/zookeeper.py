@@ -62,7 +62,7 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
-from kazoo.retry import KazooRetry, RetryFailedError
+from kazoo.retry import KazooRetry
 from kazoo.security import ACL, make_acl, make_digest_acl
 
 from lockstore.base import (
@@ -201,18 +201,31 @@ class ZooKeeperSlotStore(SlotStore):
 
     def session_alive(self, session_hex: str) -> bool:
         """Whether the writer session ``session_hex`` still exists (its ephemeral node)."""
-        return self._call(self._client.exists, f"{self.chroot}/sessions/{session_hex}") is not None
+        return self._call("exists", f"{self.chroot}/sessions/{session_hex}") is not None
 
-    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """A read or idempotent write, retried on connection loss within the timeout."""
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A read or idempotent write, retried on connection loss, bounded by ``timeout``.
+
+        Requests go through kazoo's async API with a deadline: its synchronous calls wait
+        without one, and kazoo queues requests while reconnecting, so a request sent just
+        as the quorum is lost would otherwise block until the quorum returns.
+        """
         self._await_session()
-        retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=0.5, deadline=self.timeout)
-        try:
-            return retry(fn, *args, **kwargs)
-        except (RetryFailedError, *_AMBIGUOUS) as exc:
-            raise SlotStoreUnavailableError(
-                f"ZooKeeper at {self.hosts}: {type(exc).__name__}: {exc}"
-            ) from exc
+        deadline = time.monotonic() + self.timeout
+        delay = 0.05
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                return getattr(self._client, f"{method}_async")(*args, **kwargs).get(
+                    timeout=max(remaining, 0.001)
+                )
+            except _AMBIGUOUS as exc:
+                if time.monotonic() + delay >= deadline:
+                    raise SlotStoreUnavailableError(
+                        f"ZooKeeper at {self.hosts}: {type(exc).__name__} for {self.timeout}s"
+                    ) from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
 
     # ------------------------------------------------------------------ paths
 
@@ -224,7 +237,7 @@ class ZooKeeperSlotStore(SlotStore):
 
     def _ensure_table(self, table: str) -> None:
         base = self._table_path(table)
-        if self._call(self._client.exists, f"{base}/latest") is not None:
+        if self._call("exists", f"{base}/latest") is not None:
             return
         for path, data in (
             (base, json.dumps({"key": table, "table_id": None}).encode()),
@@ -232,24 +245,22 @@ class ZooKeeperSlotStore(SlotStore):
             (f"{base}/latest", b"-1"),
         ):
             try:
-                self._call(self._client.create, path, data, acl=self._acl, makepath=True)
+                self._call("create", path, data, acl=self._acl, makepath=True)
             except NodeExistsError:
                 pass
-            except SlotStoreUnavailableError as exc:
-                if not isinstance(exc.__cause__, (RetryFailedError, *_AMBIGUOUS)):
-                    raise
-                # A retried create may find its own first attempt: existence is the goal.
-                if self._call(self._client.exists, path) is None:
+            except SlotStoreUnavailableError:
+                # A retried create may have found its own first attempt: existence is the goal.
+                if self._call("exists", path) is None:
                     raise
 
     # ------------------------------------------------------------------ the port
 
     def _read_counter(self, table: str) -> tuple[int, int]:
         try:
-            data, stat = self._call(self._client.get, f"{self._table_path(table)}/latest")
+            data, stat = self._call("get", f"{self._table_path(table)}/latest")
         except NoNodeError:
             self._ensure_table(table)
-            data, stat = self._call(self._client.get, f"{self._table_path(table)}/latest")
+            data, stat = self._call("get", f"{self._table_path(table)}/latest")
         value = int(data.decode() or "-1")
         with self._lock:
             self._counter_versions[table] = (value, stat.version)
@@ -275,7 +286,7 @@ class ZooKeeperSlotStore(SlotStore):
         ).encode()
         deadline = time.monotonic() + self.timeout
         while True:
-            if version <= counter and self._call(self._client.exists, self._slot_path(table, version)):
+            if version <= counter and self._call("exists", self._slot_path(table, version)):
                 return False  # taken (or below the counter: stale)
             self._await_session()
             txn = self._client.transaction()
@@ -283,7 +294,7 @@ class ZooKeeperSlotStore(SlotStore):
             if version > counter:
                 txn.set_data(f"{self._table_path(table)}/latest", str(version).encode(), version=zversion)
             try:
-                results = txn.commit()
+                results = txn.commit_async().get(timeout=self.timeout)
             except _AMBIGUOUS as exc:
                 with self._lock:
                     self._counter_versions.pop(table, None)
@@ -317,7 +328,7 @@ class ZooKeeperSlotStore(SlotStore):
         if version < 0:
             return None
         try:
-            data, _ = self._call(self._client.get, self._slot_path(table, version))
+            data, _ = self._call("get", self._slot_path(table, version))
         except NoNodeError:
             return None
         return _record(version, data)
@@ -330,7 +341,7 @@ class ZooKeeperSlotStore(SlotStore):
             body, zversion = own, 0
         else:
             try:
-                data, stat = self._call(self._client.get, path)
+                data, stat = self._call("get", path)
             except NoNodeError as exc:
                 raise SlotNotClaimedError(table, version) from exc
             body, zversion = json.loads(data), stat.version
@@ -338,7 +349,7 @@ class ZooKeeperSlotStore(SlotStore):
                 return
         body["complete"] = True
         try:
-            self._call(self._client.set, path, json.dumps(body).encode(), version=zversion)
+            self._call("set", path, json.dumps(body).encode(), version=zversion)
         except BadVersionError:
             pass  # another process completed it concurrently: same outcome
         except NoNodeError as exc:
@@ -366,7 +377,7 @@ class ZooKeeperSlotStore(SlotStore):
     def bind(self, table: str, table_id: str) -> None:
         self._ensure_table(table)
         base = self._table_path(table)
-        data, stat = self._call(self._client.get, base)
+        data, stat = self._call("get", base)
         body = json.loads(data or b"{}")
         bound = body.get("table_id")
         if bound not in (None, table_id):
@@ -374,20 +385,20 @@ class ZooKeeperSlotStore(SlotStore):
         id_path = f"{self.chroot}/ids/{table_id}"
         try:
             self._call(
-                self._client.create,
+                "create",
                 id_path,
                 json.dumps({"key": table}).encode(),
                 acl=self._acl,
                 makepath=True,
             )
         except NodeExistsError:
-            owner = json.loads(self._call(self._client.get, id_path)[0]).get("key")
+            owner = json.loads(self._call("get", id_path)[0]).get("key")
             if owner != table:
                 raise TableBindingError(owner, table_id, table_id) from None
         if bound is None:
             body["table_id"] = table_id
             try:
-                self._call(self._client.set, base, json.dumps(body).encode(), version=stat.version)
+                self._call("set", base, json.dumps(body).encode(), version=stat.version)
             except BadVersionError:
                 self.bind(table, table_id)  # raced with another binder: verify what it wrote
 
@@ -396,15 +407,13 @@ class ZooKeeperSlotStore(SlotStore):
     def sessions(self) -> dict[str, dict[str, str]]:
         """Live writer sessions (ephemeral nodes) and their owners."""
         try:
-            names: Sequence[str] = self._call(self._client.get_children, f"{self.chroot}/sessions")
+            names: Sequence[str] = self._call("get_children", f"{self.chroot}/sessions")
         except NoNodeError:
             return {}
         out: dict[str, dict[str, str]] = {}
         for name in names:
             try:
-                out[name] = json.loads(
-                    self._call(self._client.get, f"{self.chroot}/sessions/{name}")[0] or b"{}"
-                )
+                out[name] = json.loads(self._call("get", f"{self.chroot}/sessions/{name}")[0] or b"{}")
             except NoNodeError:
                 continue  # expired while listing
         return out
@@ -418,7 +427,7 @@ class ZooKeeperSlotStore(SlotStore):
 
     def session_of(self, table: str, version: int) -> str | None:
         try:
-            data, _ = self._call(self._client.get, self._slot_path(table, version))
+            data, _ = self._call("get", self._slot_path(table, version))
         except NoNodeError:
             return None
         session: str | None = json.loads(data).get("session")
@@ -427,11 +436,11 @@ class ZooKeeperSlotStore(SlotStore):
     def tables(self) -> Iterator[tuple[str, str | None]]:
         """(key, table id) of every table with slots in this chroot."""
         try:
-            names: Sequence[str] = self._call(self._client.get_children, f"{self.chroot}/tables")
+            names: Sequence[str] = self._call("get_children", f"{self.chroot}/tables")
         except NoNodeError:
             return
         for name in names:
-            body = json.loads(self._call(self._client.get, f"{self.chroot}/tables/{name}")[0] or b"{}")
+            body = json.loads(self._call("get", f"{self.chroot}/tables/{name}")[0] or b"{}")
             yield body.get("key", name), body.get("table_id")
 
     def close(self) -> None:

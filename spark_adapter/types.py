@@ -1,0 +1,137 @@
+"""Spark type and option helpers shared by the reader and the writer.
+
+Schemas cross between Spark and the table through Delta's own schema format: Spark's
+``StructType.json()`` *is* the JSON a Delta ``metaData.schemaString`` holds, so
+:func:`eventlog.schema.from_spark_schema_json` / :func:`to_spark_schema_json` do the
+conversion both ways. Arrow batches handed back to Spark must match
+``to_arrow_schema(schema, timezone="UTC")`` exactly (types, nullability, timezone string,
+list/map child names), which :func:`to_spark_arrow` guarantees.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from eventlog.errors import InvalidInputError
+from eventlog.schema import canonical_schema, from_spark_schema_json, to_spark_schema_json
+
+__all__ = [
+    "arrow_to_spark_schema",
+    "option",
+    "option_bool",
+    "option_int",
+    "spark_arrow_schema",
+    "spark_to_arrow_schema",
+    "table_uri",
+    "to_spark_arrow",
+]
+
+# --------------------------------------------------------------------------- schemas
+
+
+def spark_to_arrow_schema(schema: StructType, *, nullable: bool = False) -> pa.Schema:
+    """The canonical Arrow (table) schema of a Spark schema.
+
+    ``nullable=True`` makes every field nullable, nested ones included: Delta does the
+    same when a DataFrame creates a table (``data.schema.asNullable``), so later writes
+    are not rejected just because one DataFrame happened to have no nulls.
+    """
+    doc = json.loads(schema.json())
+    if nullable:
+        doc = _as_nullable(doc)
+    return canonical_schema(from_spark_schema_json(json.dumps(doc)))
+
+
+def _as_nullable(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_as_nullable(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _as_nullable(v) for k, v in node.items()}
+    for key in ("nullable", "containsNull", "valueContainsNull"):
+        if key in out:
+            out[key] = True
+    return out
+
+
+def arrow_to_spark_schema(schema: pa.Schema) -> StructType:
+    """The Spark schema of a table schema (timestamps with time zone become TIMESTAMP)."""
+    return StructType.fromJson(json.loads(to_spark_schema_json(schema)))
+
+
+def spark_arrow_schema(schema: StructType) -> pa.Schema:
+    """The exact Arrow schema Spark expects from ``DataSourceReader.read`` batches."""
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def to_spark_arrow(table: pa.Table, target: pa.Schema) -> pa.Table:
+    """``table`` cast column by column to ``target`` (same column order).
+
+    Only names differ in practice (list items are ``item`` in the table and ``element``
+    for Spark; map entries likewise), plus nullability flags; values are not converted.
+    """
+    if table.schema.equals(target):
+        return table
+    columns = [
+        col if col.type.equals(f.type) and str(col.type) == str(f.type) else col.cast(f.type)
+        for col, f in zip(table.columns, target, strict=True)
+    ]
+    return pa.Table.from_arrays(columns, schema=target)
+
+
+# --------------------------------------------------------------------------- options
+# Spark hands options over as a CaseInsensitiveDict with lower-cased keys; ``.get`` on it
+# is case-insensitive, ``dict(options)`` is not. Keep the mapping as it is and go through
+# these helpers.
+
+
+def option(options: Mapping[str, str], key: str) -> str | None:
+    """The option's value (any key case), None when absent or empty."""
+    value = options.get(key)
+    if value is None:
+        value = options.get(key.lower())
+    if value is None or str(value).strip() == "":
+        return None
+    return str(value)
+
+
+def option_bool(options: Mapping[str, str], key: str, default: bool = False) -> bool:
+    value = option(options, key)
+    if value is None:
+        return default
+    lowered = value.strip().lower()
+    if lowered not in ("true", "false"):
+        raise InvalidInputError(f"option {key} must be true or false, got {value!r}")
+    return lowered == "true"
+
+
+def option_int(options: Mapping[str, str], key: str, *, minimum: int = 0) -> int | None:
+    value = option(options, key)
+    if value is None:
+        return None
+    try:
+        number = int(value.strip())
+    except ValueError:
+        raise InvalidInputError(f"option {key} must be an integer, got {value!r}") from None
+    if number < minimum:
+        raise InvalidInputError(f"option {key} must be at least {minimum}, got {number}")
+    return number
+
+
+def table_uri(options: Mapping[str, str]) -> str:
+    """The table location: ``load(uri)`` / ``save(uri)`` arrive as the ``path`` option."""
+    uri = option(options, "path")
+    if uri is None:
+        raise InvalidInputError(
+            "format('eventlog') needs a table location: use .load(uri) / .save(uri) or .option('path', uri)"
+        )
+    if uri.startswith("memory://"):
+        # Spark tasks run in separate Python processes; an in-memory filesystem is not shared.
+        raise InvalidInputError(f"{uri}: memory:// tables cannot be used from Spark (one per process)")
+    return uri

@@ -1,0 +1,320 @@
+"""Batch writes: ``df.write.format("eventlog").mode("append"|"overwrite").save(uri)``.
+
+Three places, three processes (see the PySpark Data Source reference):
+
+* :func:`plan_write` runs in ``DataSource.writer()`` on the driver side while Spark plans
+  the job: it opens the table, enforces the schema and checks every option, so a bad
+  write fails before any task runs. Its result (a picklable :class:`WritePlan`) travels
+  inside the pickled :class:`EventlogWriter` to the tasks and to ``commit``/``abort``.
+* :meth:`EventlogWriter.write` runs in each task: Arrow batches are conformed to the table
+  schema, checked against ``replaceWhere`` and written as Parquet with
+  :func:`eventlog.datafiles.write_data_files`; the task returns the add actions.
+* :meth:`EventlogWriter.commit` runs once on the driver side: one eventlog transaction
+  whose read version is the version planned, so the table's isolation level and conflict
+  rules apply to everything committed since planning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from eventlog import expressions as ex
+from eventlog.actions import AddFile, Metadata
+from eventlog.datafiles import DEFAULT_TARGET_FILE_SIZE, delete_files, write_data_files
+from eventlog.errors import InvalidInputError, TableNotFoundError
+from eventlog.operations import APPEND_ONLY_KEY, TARGET_FILE_SIZE_KEY
+from eventlog.protocol import protocol_for
+from eventlog.schema import conform, from_spark_schema_json, merge_schema, to_spark_schema_json
+from eventlog.storage import LogStore
+from eventlog.table import Table, resolve_slots
+from eventlog.transaction import Transaction
+from spark_adapter.types import option, option_bool, option_int, spark_to_arrow_schema, table_uri
+
+__all__ = ["EventlogCommitMessage", "EventlogWriter", "WritePlan", "plan_write"]
+
+log = logging.getLogger("spark_adapter.writer")
+
+# Arrow bytes a task buffers before writing them out: bounds a task's memory; each flush
+# closes at least one file (one per partition value).
+_FLUSH_BYTES = 128 * 1024 * 1024
+
+
+@dataclasses.dataclass
+class EventlogCommitMessage(WriterCommitMessage):  # type: ignore[misc]
+    """What one task wrote: its add actions (``AddFile.to_json`` dicts) and row count."""
+
+    adds: list[dict[str, Any]]
+    num_rows: int
+
+
+@dataclasses.dataclass(frozen=True)
+class WritePlan:
+    """Everything the tasks and the commit need, decided once at planning."""
+
+    uri: str
+    slots: str | None
+    overwrite: bool
+    read_version: int  # -1: no table yet; the commit creates it as version 0
+    schema_json: str  # the table schema the data is written with (after mergeSchema)
+    partition_by: tuple[str, ...]
+    merge_schema: bool
+    replace_where: str | None
+    app_id: str | None
+    app_version: int | None
+    user_metadata: str | None
+    target_file_size: int
+    skip: bool  # an idempotent write whose (txnAppId, txnVersion) is already committed
+
+    @property
+    def schema(self) -> pa.Schema:
+        return from_spark_schema_json(self.schema_json)
+
+
+def plan_write(options: Any, spark_schema: StructType, overwrite: bool) -> WritePlan:
+    """Open (or plan to create) the table and validate the write; raises before any task runs."""
+    uri = table_uri(options)
+    slots = option(options, "slots")
+    app_id, app_version = option(options, "txnAppId"), option_int(options, "txnVersion")
+    if (app_id is None) != (app_version is None):
+        raise InvalidInputError("Both txnVersion and txnAppId must be specified for idempotent writes.")
+    replace_where = option(options, "replaceWhere")
+    if replace_where is not None and not overwrite:
+        raise InvalidInputError("replaceWhere needs mode('overwrite'); an append replaces nothing")
+    merge = option_bool(options, "mergeSchema")
+    data_schema = spark_to_arrow_schema(spark_schema, nullable=True)
+    try:
+        table: Table | None = Table.open(uri, slots=slots)
+    except TableNotFoundError:
+        table = None
+    skip = False
+    if table is None:
+        read_version, schema, props = -1, data_schema, {}
+        parts = _partition_columns(option(options, "partitionBy"), schema) or ()
+    else:
+        snap = table.refresh()
+        read_version, props = snap.version, snap.properties
+        requested = _partition_columns(option(options, "partitionBy"), snap.schema)
+        if requested is not None and requested != snap.partition_columns:
+            raise InvalidInputError(
+                f"partitionBy {list(requested)} differs from the table's partition columns "
+                f"{list(snap.partition_columns)}"
+            )
+        parts = snap.partition_columns
+        schema = merge_schema(snap.schema, data_schema) if merge else snap.schema
+        if overwrite and props.get(APPEND_ONLY_KEY) == "true":
+            raise InvalidInputError(f"overwrite is not allowed: table {uri} has {APPEND_ONLY_KEY} = true")
+        if app_id is not None and app_version is not None:
+            skip = snap.txn_version(app_id) >= app_version
+    # Schema enforcement before any task runs: the error names every offending column.
+    conform(data_schema.empty_table(), schema, context=f"write to {uri}")
+    if replace_where is not None:
+        ex.parse_predicate(replace_where, schema, context="replaceWhere")
+    return WritePlan(
+        uri=uri,
+        slots=slots,
+        overwrite=overwrite,
+        read_version=read_version,
+        schema_json=to_spark_schema_json(schema),
+        partition_by=tuple(parts),
+        merge_schema=merge,
+        replace_where=replace_where,
+        app_id=app_id,
+        app_version=app_version,
+        user_metadata=option(options, "userMetadata"),
+        target_file_size=int(props.get(TARGET_FILE_SIZE_KEY, DEFAULT_TARGET_FILE_SIZE)),
+        skip=skip,
+    )
+
+
+def _partition_columns(spec: str | None, schema: pa.Schema) -> tuple[str, ...] | None:
+    """``partitionBy`` (comma-separated) resolved to the schema's names; None if not given."""
+    if spec is None:
+        return None
+    by_lower: dict[str, list[str]] = {}
+    for name in schema.names:
+        by_lower.setdefault(name.lower(), []).append(name)
+    out: list[str] = []
+    for raw in spec.split(","):
+        name = raw.strip().strip("`")
+        if not name:
+            continue
+        match = [name] if name in schema.names else by_lower.get(name.lower(), [])
+        if len(match) != 1:
+            raise InvalidInputError(f"partitionBy column {name!r} is not in the schema {schema.names}")
+        col = match[0]
+        if pa.types.is_nested(schema.field(col).type):
+            raise InvalidInputError(f"partitionBy column {col!r} has nested type {schema.field(col).type}")
+        out.append(col)
+    if len(set(out)) != len(out):
+        raise InvalidInputError(f"partitionBy lists a column twice: {out}")
+    if out and len(out) == len(schema):
+        raise InvalidInputError("a table cannot be partitioned by all of its columns")
+    return tuple(out)
+
+
+class EventlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
+    """The pickled writer: ``write`` in tasks, ``commit``/``abort`` once on the driver side."""
+
+    def __init__(self, plan: WritePlan) -> None:
+        self.plan = plan
+
+    # ------------------------------------------------------------------ tasks
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> EventlogCommitMessage:
+        plan = self.plan
+        if plan.skip:
+            for _ in iterator:  # drain: Spark feeds the task's input regardless
+                pass
+            return EventlogCommitMessage([], 0)
+        schema = plan.schema
+        pred = (
+            ex.parse_predicate(plan.replace_where, schema, context="replaceWhere")
+            if plan.replace_where is not None
+            else None
+        )
+        store = LogStore(plan.uri)
+        adds: list[AddFile] = []
+        rows = 0
+        buffered: list[pa.RecordBatch] = []
+        size = 0
+        try:
+            for batch in iterator:
+                if batch.num_rows == 0:
+                    continue
+                buffered.append(batch)
+                size += batch.nbytes
+                if size >= _FLUSH_BYTES:
+                    rows += self._flush(store, buffered, schema, pred, adds)
+                    buffered, size = [], 0
+            if buffered:
+                rows += self._flush(store, buffered, schema, pred, adds)
+        except BaseException:
+            # A failed task's message never reaches abort(): clean up here.
+            delete_files(store.fs, store.root, [a.path for a in adds])
+            raise
+        return EventlogCommitMessage([a.to_json() for a in adds], rows)
+
+    def _flush(
+        self,
+        store: LogStore,
+        batches: Sequence[pa.RecordBatch],
+        schema: pa.Schema,
+        pred: ex.Expr | None,
+        adds: list[AddFile],
+    ) -> int:
+        data = conform(pa.Table.from_batches(batches), schema, context=f"write to {self.plan.uri}")
+        if pred is not None:
+            ok = ex.evaluate_mask(pred, data)
+            bad = data.num_rows - (pc.sum(ok).as_py() or 0)
+            if bad:
+                raise InvalidInputError(
+                    f"Data written out does not match replaceWhere '{self.plan.replace_where}': "
+                    f"{bad} of {data.num_rows} rows of this task fall outside it"
+                )
+        adds.extend(
+            write_data_files(
+                store.fs,
+                store.root,
+                data,
+                partition_columns=self.plan.partition_by,
+                target_file_size=self.plan.target_file_size,
+            )
+        )
+        return int(data.num_rows)
+
+    # ------------------------------------------------------------------ driver side
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        plan = self.plan
+        done = [m for m in messages if isinstance(m, EventlogCommitMessage)]
+        adds = [AddFile.from_json(d) for m in done for d in m.adds]
+        rows = sum(m.num_rows for m in done)
+        if plan.skip:
+            return
+        txn = self._transaction()
+        txn.user_metadata = plan.user_metadata
+        if not txn.idempotent(plan.app_id, plan.app_version):
+            txn.commit()  # a no-op, as in Delta: the version was committed meanwhile
+            delete_files(txn.table.log.fs, txn.table.log.root, [a.path for a in adds])
+            return
+        merged = plan.schema if plan.merge_schema else None
+        if plan.overwrite:
+            txn.overwrite_files(adds, replace_where=plan.replace_where, schema=merged, num_rows=rows)
+        else:
+            txn.append_files(adds, schema=merged, num_rows=rows)
+        result = txn.commit()
+        if plan.read_version < 0:
+            txn.table.slots.bind(txn.table.key, txn.metadata.id)
+        log.info(
+            "committed %s of %d files, %d rows to %s as version %d (%d attempts)",
+            "overwrite" if plan.overwrite else "append",
+            len(adds),
+            rows,
+            plan.uri,
+            result.version,
+            result.attempts,
+        )
+
+    def _transaction(self) -> Transaction:
+        """A transaction reading the planned version (a new table: creating version 0)."""
+        plan = self.plan
+        if plan.read_version >= 0:
+            table = Table.open(plan.uri, slots=plan.slots)
+            return Transaction(table, table.snapshot(plan.read_version))
+        # The path held no table at planning: this commit creates it, with the data, as
+        # version 0. A writer that created it meanwhile wins; we get ProtocolChangedException
+        # from the conflict check (as Delta), and our files are deleted.
+        store = LogStore(plan.uri)
+        table = Table(store, resolve_slots(plan.slots, store), None)
+        txn = Transaction(table, None)
+        schema = plan.schema
+        txn.update_protocol(protocol_for(schema, {}))
+        txn.update_metadata(
+            Metadata(
+                id=Metadata.new_id(),
+                schema_string=plan.schema_json,
+                partition_columns=plan.partition_by,
+                configuration={},
+                created_time=int(time.time() * 1000),
+            )
+        )
+        return txn
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Delete the files the messages name, unless a commit references them.
+
+        Spark also calls abort when ``commit`` raised, and a commit that raised
+        CommitStateUnknownError may still have landed: files are deleted only when the
+        log proves no commit since planning added them. Anything left is for VACUUM.
+        """
+        paths = [d["path"] for m in messages if isinstance(m, EventlogCommitMessage) for d in m.adds]
+        if not paths:
+            return
+        store = LogStore(self.plan.uri)
+        try:
+            if _referenced(self.plan, set(paths)):
+                log.warning("abort of a write to %s: its files were committed; keeping them", self.plan.uri)
+                return
+        except Exception as exc:  # cannot prove the files unused: keep them
+            log.warning("abort of a write to %s: cannot read the log (%s); files kept", self.plan.uri, exc)
+            return
+        delete_files(store.fs, store.root, paths)
+
+
+def _referenced(plan: WritePlan, paths: set[str]) -> bool:
+    """Did any commit after the planned version add one of ``paths``?"""
+    if not Table.exists(plan.uri):
+        return False
+    table = Table.open(plan.uri, slots=plan.slots)
+    latest = table.version
+    first = max(plan.read_version + 1, 0)
+    return any(a.path in paths for c in table.commits_between(first, latest) for a in c.adds)
