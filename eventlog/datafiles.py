@@ -14,7 +14,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from decimal import Decimal
 from typing import Any
 from urllib.parse import quote, unquote, urlparse
@@ -200,6 +200,13 @@ class _Writer:
         self.started: list[str] = []  # add.path of every file opened, for cleanup on failure
         self.made_dirs: set[str] = set()
 
+    def _open_sink(self, path: str) -> Any:
+        """A writable file: pyarrow's native file on local disks (no Python-level write
+        calls per page), an fsspec file elsewhere."""
+        if isinstance(self.fs, LocalFileSystem):
+            return pa.OSFile(path, "wb")
+        return self.fs.open(path, "wb")
+
     def write_group(
         self, values: dict[str, str | None], pdir: str, indices: pa.ChunkedArray | None, rows_per_group: int
     ) -> None:
@@ -214,8 +221,9 @@ class _Writer:
             rel = f"{pdir}/{name}" if pdir else name
             self.started.append(quote(rel, safe="/="))
             stats = _StatsAccumulator(self.schema)
+            pending: Future[None] | None = None
             rows = 0
-            with self.fs.open(f"{directory}/{name}", "wb") as sink:
+            with self._open_sink(f"{directory}/{name}") as sink:
                 with pq.ParquetWriter(sink, self.schema, **_WRITE_OPTIONS) as writer:
                     while pos < total:
                         n = min(rows_per_group, total - pos)
@@ -227,8 +235,13 @@ class _Writer:
                             chunk = self.file_data.slice(pos, n)
                         else:
                             chunk = self.file_data.take(indices.slice(pos, n))
+                        # Statistics of this row group are computed on another thread while
+                        # Parquet encodes it (both release the GIL); one update at a time
+                        # keeps the accumulator single-threaded.
+                        if pending is not None:
+                            pending.result()
+                        pending = _STATS_POOL.submit(stats.update, chunk)
                         writer.write_table(chunk, row_group_size=n)
-                        stats.update(chunk)
                         pos += n
                         rows += n
                         if self.max_rows is not None and rows >= self.max_rows:
@@ -236,6 +249,8 @@ class _Writer:
                         if sink.tell() >= self.target:
                             break
                 size = int(sink.tell())
+            if pending is not None:
+                pending.result()
             self.adds.append(
                 AddFile(
                     path=self.started[-1],
@@ -249,6 +264,8 @@ class _Writer:
 
 
 # --------------------------------------------------------------------------- statistics
+
+_STATS_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eventlog-stats")
 
 
 def _leaf_columns(table: pa.Table) -> Iterable[tuple[tuple[str, ...], pa.ChunkedArray]]:
