@@ -17,6 +17,8 @@ from typing import Any, Union
 
 import orjson
 
+ENGINE_INFO = "eventlog/0.1.0"  # commitInfo.engineInfo of every commit this library writes
+
 # --------------------------------------------------------------------------- values
 
 

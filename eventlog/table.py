@@ -14,21 +14,18 @@ import logging
 import os
 import threading
 import time
-import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import orjson
 import pyarrow as pa
 
 from eventlog import expressions as ex
-from eventlog.actions import ActionDecodeError, CommitInfo, Metadata, decode_commit, encode_commit
+from eventlog.actions import Metadata
 from eventlog.checkpoint import CheckpointState, find_latest_checkpoint, read_checkpoint, write_checkpoint
+from eventlog.commitlog import CommitLog, SlotsSpec, resolve_slots
 from eventlog.errors import (
     CorruptLogError,
     InvalidInputError,
-    SlotStoreError,
     TableAlreadyExistsError,
     TableNotFoundError,
     UnknownColumnError,
@@ -50,34 +47,13 @@ from eventlog.scan import read_live_rows
 from eventlog.schema import canonical_schema, conform, to_spark_schema_json
 from eventlog.snapshot import Commit, Snapshot
 from eventlog.storage import LogStore
-from eventlog.transaction import ENGINE_INFO, CommitResult, Transaction
-from lockstore import InMemorySlotStore, LocalFileSlotStore, SlotRecord, SlotStore, SlotStoreUnavailableError
-from lockstore.registry import ENV_VAR, open_slot_store
+from eventlog.transaction import CommitResult, Transaction
+from lockstore import SlotStore
 
 logger = logging.getLogger("eventlog.table")
 
 CHECKPOINT_INTERVAL_KEY = "delta.checkpointInterval"
 DEFAULT_CHECKPOINT_INTERVAL = 100
-_COMMIT_CACHE_SIZE = 512
-# For slot stores that cannot tell whether a writer lives: how old a claim with a lost
-# staged file must be before it is repaired.
-REPAIR_GRACE_SECONDS = 300.0
-SlotsSpec = SlotStore | str | None
-
-
-def resolve_slots(spec: SlotsSpec, log: LogStore) -> SlotStore:
-    """The slot store for a table: explicit, ``$EVENTLOG_SLOTS``, or the embedded default."""
-    if isinstance(spec, SlotStore):
-        return spec
-    spec = spec or os.environ.get(ENV_VAR) or None
-    if spec is not None:
-        return open_slot_store(spec)
-    if log.is_local:
-        return LocalFileSlotStore(os.path.join(log.root, "_eventlog", "slots"))
-    if log.fs.protocol in ("memory", ("memory",)) or "memory" in tuple(log.fs.protocol):
-        return InMemorySlotStore.shared()
-    # Any other filesystem: slots on this machine's disk (safe for one machine only).
-    return LocalFileSlotStore(os.path.join(os.path.expanduser("~"), ".cache", "eventlog", "slots"))
 
 
 class Table:
@@ -92,13 +68,10 @@ class Table:
         retry_policy: RetryPolicy | None = None,
         app_id: str | None = None,
     ) -> None:
-        self.log = log
-        self.slots = slots
+        self.commitlog = CommitLog(log, slots, published=snapshot.version if snapshot is not None else -1)
         self.retry_policy = retry_policy or DEFAULT_RETRY_POLICY
         self.app_id = app_id
         self._snapshot = snapshot
-        self._published = snapshot.version if snapshot is not None else -1
-        self._commits: OrderedDict[int, Commit] = OrderedDict()
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ construction
@@ -323,7 +296,7 @@ class Table:
                     earliest=listed[0],
                     latest=latest,
                 )
-        commits = self._read_range(start, target)
+        commits = self.commitlog.commits_between(start, target)
         snap = Snapshot.from_commits(self.uri, commits) if base is None else base.advance(commits)
         check_readable(snap.protocol)
         return snap
@@ -362,146 +335,42 @@ class Table:
 
     # ------------------------------------------------------------------ log access (engine)
 
+    # ------------------------------------------------------------------ the commit log
+
+    @property
+    def log(self) -> LogStore:
+        return self.commitlog.log
+
+    @property
+    def slots(self) -> SlotStore:
+        return self.commitlog.slots
+
     def latest_version(self) -> int:
-        """Latest version: finishes claimed-but-unpublished slots, then probes the log.
+        """Latest version (see :meth:`CommitLog.latest_version`)."""
+        return self.commitlog.latest_version()
 
-        Raises :class:`SlotStoreError` when the slot store cannot be reached.
-        """
-        try:
-            return self._latest_version()
-        except SlotStoreUnavailableError as exc:
-            raise SlotStoreError(
-                f"{self.uri}: the version-slot store is unreachable: {exc}", uri=self.uri
-            ) from exc
+    def commits_between(self, first: int, last: int) -> list[Commit]:
+        """Commits ``first..last`` (inclusive), from the log or the cache."""
+        return self.commitlog.commits_between(first, last)
 
-    def _latest_version(self) -> int:
-        claimed = self.slots.latest(self.key)
-        with self._lock:
-            published = self._published
-        for version in range(published + 1, claimed + 1):
-            if not self.log.commit_exists(version):
-                self._recover(version)
-        latest = max(claimed, published)
-        # Commits written without a slot (another Delta writer, run sequentially).
-        while self.log.commit_exists(latest + 1):
-            latest += 1
-        with self._lock:
-            self._published = max(self._published, latest)
-        return latest
-
-    def _recover(self, version: int) -> None:
-        """Publish a claimed version whose writer has not (yet) done so, from its staged file."""
-        record = self.slots.get(self.key, version)
-        if record is None:
-            raise CorruptLogError(
-                f"{self.uri}: slot store reports version {version} claimed but holds no claim",
-                uri=self.uri,
-                version=version,
-            )
-        data = self.log.read_staged(record.claim.staged)
-        if data is None:
-            if self.log.commit_exists(version):
-                return
-            data = self._repair_commit(version, record)
-        self.log.publish(version, record.claim.staged, data)
-        self.slots.mark_complete(self.key, version)
+    def publish_claimed(self, version: int, staged_name: str, data: bytes, txn_id: str) -> bool:
+        """Make a version this process claimed visible (see :meth:`CommitLog.publish_claimed`)."""
+        return self.commitlog.publish_claimed(version, staged_name, data, txn_id)
 
     def repair_slots(self, *, dry_run: bool = False, limit: int = 100) -> list[dict[str, Any]]:
-        """Finish or resolve incomplete slots among the newest ``limit``; report each action.
-
-        Safe by construction: a slot whose commit is published is only marked complete; a
-        slot with a staged file is published from it (the commit its writer decided on); a
-        slot with neither is resolved with a REPAIR commit only when its writer is provably
-        gone (see :meth:`_repair_commit`). Slots of live writers are left alone.
-        """
-        actions: list[dict[str, Any]] = []
-        for record in self.slots.recent(self.key, limit=limit, incomplete_only=True):
-            version = record.version
-            entry: dict[str, Any] = {"version": version, "txn_id": record.claim.txn_id}
-            if self.log.commit_exists(version):
-                entry["action"] = "mark-complete"
-                if not dry_run:
-                    self.slots.mark_complete(self.key, version)
-            elif self.log.read_staged(record.claim.staged) is not None:
-                entry["action"] = "publish-staged"
-                if not dry_run:
-                    self._recover(version)
-            elif self.slots.owner_alive(self.key, version) is False or (
-                self.slots.owner_alive(self.key, version) is None and record.age >= REPAIR_GRACE_SECONDS
-            ):
-                entry["action"] = "repair-commit"
-                if not dry_run:
-                    self._recover(version)
-            else:
-                entry["action"] = "skip: writer may be alive"
-            actions.append(entry)
+        """Finish or resolve incomplete slots (see :meth:`CommitLog.repair_slots`)."""
+        actions = self.commitlog.repair_slots(dry_run=dry_run, limit=limit)
         if not dry_run and any(not a["action"].startswith("skip") for a in actions):
             self.refresh()
         return actions
 
-    def _repair_commit(self, version: int, record: SlotRecord) -> bytes:
-        """The commit that resolves a claimed slot whose commit is provably lost.
-
-        The staged file is written before the claim and deleted only after publishing, so
-        a claimed slot with neither file was damaged from outside. Once its writer is
-        provably gone (its ZooKeeper session expired, or, for stores that cannot tell,
-        the claim is older than the grace period) the slot is resolved with an empty
-        REPAIR commit, so the table moves on and the log records what happened.
-        """
-        alive = self.slots.owner_alive(self.key, version)
-        if alive or (alive is None and record.age < REPAIR_GRACE_SECONDS):
-            raise CorruptLogError(
-                f"{self.uri}: version {version} was claimed by txn {record.claim.txn_id} "
-                f"({dict(record.claim.owner)}, {record.age:.0f}s ago) but neither {version}.json nor its "
-                f"staged file {record.claim.staged} exists, and its writer may still be alive; "
-                "retry later (it is repaired once the writer is provably gone)",
-                uri=self.uri,
-                version=version,
-            )
-        logger.warning("repairing lost slot %s of %s (txn %s)", version, self.uri, record.claim.txn_id)
-        info = CommitInfo(
-            timestamp=int(time.time() * 1000),
-            operation="REPAIR",
-            operation_parameters={
-                "version": str(version),
-                "lostTxnId": record.claim.txn_id,
-                "owner": orjson.dumps(dict(record.claim.owner)).decode(),
-                "reason": "claimed slot whose staged commit file is gone",
-            },
-            isolation_level="SnapshotIsolation",
-            is_blind_append=False,
-            txn_id=str(uuid.uuid4()),
-            engine_info=ENGINE_INFO,
-        )
-        return encode_commit([info])
-
-    def publish_claimed(self, version: int, staged_name: str, data: bytes, txn_id: str) -> bool:
-        """Make a version this process claimed visible (idempotent with recovery).
-
-        False when the log already holds *another* commit at ``version``: a writer that
-        does not use this slot store (e.g. another Delta library) took it. The caller then
-        treats the version as lost and retries above it.
-        """
-        if not self.log.publish(version, staged_name, data):
-            existing = self._read_commit(version, required=True)
-            assert existing is not None
-            info = existing.commit_info
-            if info is None or info.txn_id != txn_id:
-                logger.warning(
-                    "version %s of %s was claimed by txn %s but written by another writer",
-                    version,
-                    self.uri,
-                    txn_id,
-                )
-                return False
-        self.slots.mark_complete(self.key, version)
-        return True
+    def _read_commit(self, version: int, *, required: bool) -> Commit | None:
+        return self.commitlog.read_commit(version, required=required)
 
     def note_committed(self, commit: Commit) -> None:
         """Fold this process's own commit into the cached snapshot; checkpoint if due."""
+        self.commitlog.note_published(commit)
         with self._lock:
-            self._cache(commit)
-            self._published = max(self._published, commit.version)
             snap = self._snapshot
             if snap is None and commit.version == 0:
                 snap = Snapshot.from_commits(self.uri, [commit])
@@ -534,51 +403,6 @@ class Table:
         )
         write_checkpoint(self.log.fs, self.log.log_dir, state)
         return snap.version
-
-    def commits_between(self, first: int, last: int) -> list[Commit]:
-        """Commits ``first..last`` (inclusive), read from the log or the cache."""
-        return self._read_range(first, last)
-
-    def _read_range(self, first: int, last: int) -> list[Commit]:
-        out = []
-        for version in range(first, last + 1):
-            commit = self._read_commit(version, required=True)
-            assert commit is not None
-            out.append(commit)
-        return out
-
-    def _read_commit(self, version: int, *, required: bool) -> Commit | None:
-        with self._lock:
-            cached = self._commits.get(version)
-        if cached is not None:
-            return cached
-        data = self.log.read_commit(version)
-        if data is None:
-            if not required:
-                return None
-            raise CorruptLogError(
-                f"{self.uri}: the commit log has a gap: version {version} is missing",
-                uri=self.uri,
-                version=version,
-            )
-        try:
-            commit = Commit(version, tuple(decode_commit(data)))
-        except ActionDecodeError as exc:
-            raise CorruptLogError(
-                f"{self.uri}: corrupt commit {version} ({self.log.commit_path(version)}) {exc}",
-                uri=self.uri,
-                version=version,
-                line=exc.line,
-            ) from exc
-        with self._lock:
-            self._cache(commit)
-        return commit
-
-    def _cache(self, commit: Commit) -> None:
-        self._commits[commit.version] = commit
-        self._commits.move_to_end(commit.version)
-        while len(self._commits) > _COMMIT_CACHE_SIZE:
-            self._commits.popitem(last=False)
 
     # ------------------------------------------------------------------ operations
 

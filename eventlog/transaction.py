@@ -36,6 +36,7 @@ from pyroaring import AbstractBitMap64, BitMap64, FrozenBitMap64
 from eventlog import expressions as ex
 from eventlog import operations
 from eventlog.actions import (
+    ENGINE_INFO,
     Action,
     AddFile,
     CommitInfo,
@@ -73,7 +74,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("eventlog.commit")
 
-ENGINE_INFO = "eventlog/0.1.0"
 DV_PROPERTY = "delta.enableDeletionVectors"
 
 

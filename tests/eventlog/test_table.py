@@ -332,7 +332,7 @@ def test_version_taken_outside_the_slot_store_is_a_lost_race(local_uri: str) -> 
 def test_claimed_slot_with_lost_staged_file_is_repaired_once_the_writer_is_gone(
     local_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import eventlog.table as table_module
+    import eventlog.commitlog as commitlog_module
 
     t = Table.create(local_uri, SCHEMA)
     t.append(rows([1]))
@@ -341,7 +341,7 @@ def test_claimed_slot_with_lost_staged_file_is_repaired_once_the_writer_is_gone(
     with pytest.raises(CorruptLogError) as info:
         Table.open(local_uri)  # the writer may still be alive: refuse, clearly
     assert info.value.version == 2 and "lost-txn" in str(info.value)
-    monkeypatch.setattr(table_module, "REPAIR_GRACE_SECONDS", 0.0)
+    monkeypatch.setattr(commitlog_module, "REPAIR_GRACE_SECONDS", 0.0)
     reader = Table.open(local_uri)
     assert reader.version == 2
     repair = reader.history(1)[0]

@@ -1,0 +1,260 @@
+"""The commit log of one table: the event store behind snapshots and transactions.
+
+A :class:`CommitLog` reads and caches commits (decoded once, shared by conflict checks and
+snapshot folds), finds the latest version (finishing claimed-but-unpublished slots from
+their staged commits, so readers never see a gap), publishes claimed versions, and
+repairs slots whose commit was provably lost. It knows nothing of snapshots or
+operations: :class:`eventlog.table.Table` builds those on top.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from typing import Any
+
+import orjson
+
+from eventlog.actions import ENGINE_INFO, ActionDecodeError, CommitInfo, decode_commit, encode_commit
+from eventlog.errors import CorruptLogError, SlotStoreError
+from eventlog.snapshot import Commit
+from eventlog.storage import LogStore
+from lockstore import (
+    InMemorySlotStore,
+    LocalFileSlotStore,
+    SlotRecord,
+    SlotStore,
+    SlotStoreUnavailableError,
+)
+from lockstore.registry import ENV_VAR, open_slot_store
+
+logger = logging.getLogger("eventlog.commitlog")
+
+_COMMIT_CACHE_SIZE = 512
+# For slot stores that cannot tell whether a writer lives: how old a claim with a lost
+# staged file must be before it is repaired.
+REPAIR_GRACE_SECONDS = 300.0
+SlotsSpec = SlotStore | str | None
+
+
+def resolve_slots(spec: SlotsSpec, log: LogStore) -> SlotStore:
+    """The slot store for a table: explicit, ``$EVENTLOG_SLOTS``, or the embedded default."""
+    if isinstance(spec, SlotStore):
+        return spec
+    spec = spec or os.environ.get(ENV_VAR) or None
+    if spec is not None:
+        return open_slot_store(spec)
+    if log.is_local:
+        return LocalFileSlotStore(os.path.join(log.root, "_eventlog", "slots"))
+    if log.fs.protocol in ("memory", ("memory",)) or "memory" in tuple(log.fs.protocol):
+        return InMemorySlotStore.shared()
+    # Any other filesystem: slots on this machine's disk (safe for one machine only).
+    return LocalFileSlotStore(os.path.join(os.path.expanduser("~"), ".cache", "eventlog", "slots"))
+
+
+class CommitLog:
+    """Commits of one table: reading, caching, latest version, publishing, repair."""
+
+    def __init__(self, log: LogStore, slots: SlotStore, *, published: int = -1) -> None:
+        self.log = log
+        self.slots = slots
+        self._published = published  # versions known to be published (a watermark)
+        self._commits: OrderedDict[int, Commit] = OrderedDict()
+        self._lock = threading.RLock()
+
+    @property
+    def uri(self) -> str:
+        return self.log.uri
+
+    @property
+    def key(self) -> str:
+        """The key of this table's version slots in the slot store."""
+        return self.log.uri
+
+    def note_published(self, commit: Commit) -> None:
+        """Remember a commit this process published (cached for later readers)."""
+        with self._lock:
+            self._cache(commit)
+            self._published = max(self._published, commit.version)
+
+    def latest_version(self) -> int:
+        """Latest version: finishes claimed-but-unpublished slots, then probes the log.
+
+        Raises :class:`SlotStoreError` when the slot store cannot be reached.
+        """
+        try:
+            return self._latest_version()
+        except SlotStoreUnavailableError as exc:
+            raise SlotStoreError(
+                f"{self.uri}: the version-slot store is unreachable: {exc}", uri=self.uri
+            ) from exc
+
+    def _latest_version(self) -> int:
+        claimed = self.slots.latest(self.key)
+        with self._lock:
+            published = self._published
+        for version in range(published + 1, claimed + 1):
+            if not self.log.commit_exists(version):
+                self._recover(version)
+        latest = max(claimed, published)
+        # Commits written without a slot (another Delta writer, run sequentially).
+        while self.log.commit_exists(latest + 1):
+            latest += 1
+        with self._lock:
+            self._published = max(self._published, latest)
+        return latest
+
+    def _recover(self, version: int) -> None:
+        """Publish a claimed version whose writer has not (yet) done so, from its staged file."""
+        record = self.slots.get(self.key, version)
+        if record is None:
+            raise CorruptLogError(
+                f"{self.uri}: slot store reports version {version} claimed but holds no claim",
+                uri=self.uri,
+                version=version,
+            )
+        data = self.log.read_staged(record.claim.staged)
+        if data is None:
+            if self.log.commit_exists(version):
+                return
+            data = self._repair_commit(version, record)
+        self.log.publish(version, record.claim.staged, data)
+        self.slots.mark_complete(self.key, version)
+
+    def repair_slots(self, *, dry_run: bool = False, limit: int = 100) -> list[dict[str, Any]]:
+        """Finish or resolve incomplete slots among the newest ``limit``; report each action.
+
+        Safe by construction: a slot whose commit is published is only marked complete; a
+        slot with a staged file is published from it (the commit its writer decided on); a
+        slot with neither is resolved with a REPAIR commit only when its writer is provably
+        gone (see :meth:`_repair_commit`). Slots of live writers are left alone.
+        """
+        actions: list[dict[str, Any]] = []
+        for record in self.slots.recent(self.key, limit=limit, incomplete_only=True):
+            version = record.version
+            entry: dict[str, Any] = {"version": version, "txn_id": record.claim.txn_id}
+            if self.log.commit_exists(version):
+                entry["action"] = "mark-complete"
+                if not dry_run:
+                    self.slots.mark_complete(self.key, version)
+            elif self.log.read_staged(record.claim.staged) is not None:
+                entry["action"] = "publish-staged"
+                if not dry_run:
+                    self._recover(version)
+            elif self.slots.owner_alive(self.key, version) is False or (
+                self.slots.owner_alive(self.key, version) is None and record.age >= REPAIR_GRACE_SECONDS
+            ):
+                entry["action"] = "repair-commit"
+                if not dry_run:
+                    self._recover(version)
+            else:
+                entry["action"] = "skip: writer may be alive"
+            actions.append(entry)
+        return actions
+
+    def _repair_commit(self, version: int, record: SlotRecord) -> bytes:
+        """The commit that resolves a claimed slot whose commit is provably lost.
+
+        The staged file is written before the claim and deleted only after publishing, so
+        a claimed slot with neither file was damaged from outside. Once its writer is
+        provably gone (its ZooKeeper session expired, or, for stores that cannot tell,
+        the claim is older than the grace period) the slot is resolved with an empty
+        REPAIR commit, so the table moves on and the log records what happened.
+        """
+        alive = self.slots.owner_alive(self.key, version)
+        if alive or (alive is None and record.age < REPAIR_GRACE_SECONDS):
+            raise CorruptLogError(
+                f"{self.uri}: version {version} was claimed by txn {record.claim.txn_id} "
+                f"({dict(record.claim.owner)}, {record.age:.0f}s ago) but neither {version}.json nor its "
+                f"staged file {record.claim.staged} exists, and its writer may still be alive; "
+                "retry later (it is repaired once the writer is provably gone)",
+                uri=self.uri,
+                version=version,
+            )
+        logger.warning("repairing lost slot %s of %s (txn %s)", version, self.uri, record.claim.txn_id)
+        info = CommitInfo(
+            timestamp=int(time.time() * 1000),
+            operation="REPAIR",
+            operation_parameters={
+                "version": str(version),
+                "lostTxnId": record.claim.txn_id,
+                "owner": orjson.dumps(dict(record.claim.owner)).decode(),
+                "reason": "claimed slot whose staged commit file is gone",
+            },
+            isolation_level="SnapshotIsolation",
+            is_blind_append=False,
+            txn_id=str(uuid.uuid4()),
+            engine_info=ENGINE_INFO,
+        )
+        return encode_commit([info])
+
+    def publish_claimed(self, version: int, staged_name: str, data: bytes, txn_id: str) -> bool:
+        """Make a version this process claimed visible (idempotent with recovery).
+
+        False when the log already holds *another* commit at ``version``: a writer that
+        does not use this slot store (e.g. another Delta library) took it. The caller then
+        treats the version as lost and retries above it.
+        """
+        if not self.log.publish(version, staged_name, data):
+            existing = self.read_commit(version, required=True)
+            assert existing is not None
+            info = existing.commit_info
+            if info is None or info.txn_id != txn_id:
+                logger.warning(
+                    "version %s of %s was claimed by txn %s but written by another writer",
+                    version,
+                    self.uri,
+                    txn_id,
+                )
+                return False
+        self.slots.mark_complete(self.key, version)
+        return True
+
+    def commits_between(self, first: int, last: int) -> list[Commit]:
+        """Commits ``first..last`` (inclusive), read from the log or the cache."""
+        return self._read_range(first, last)
+
+    def _read_range(self, first: int, last: int) -> list[Commit]:
+        out = []
+        for version in range(first, last + 1):
+            commit = self.read_commit(version, required=True)
+            assert commit is not None
+            out.append(commit)
+        return out
+
+    def read_commit(self, version: int, *, required: bool) -> Commit | None:
+        with self._lock:
+            cached = self._commits.get(version)
+        if cached is not None:
+            return cached
+        data = self.log.read_commit(version)
+        if data is None:
+            if not required:
+                return None
+            raise CorruptLogError(
+                f"{self.uri}: the commit log has a gap: version {version} is missing",
+                uri=self.uri,
+                version=version,
+            )
+        try:
+            commit = Commit(version, tuple(decode_commit(data)))
+        except ActionDecodeError as exc:
+            raise CorruptLogError(
+                f"{self.uri}: corrupt commit {version} ({self.log.commit_path(version)}) {exc}",
+                uri=self.uri,
+                version=version,
+                line=exc.line,
+            ) from exc
+        with self._lock:
+            self._cache(commit)
+        return commit
+
+    def _cache(self, commit: Commit) -> None:
+        self._commits[commit.version] = commit
+        self._commits.move_to_end(commit.version)
+        while len(self._commits) > _COMMIT_CACHE_SIZE:
+            self._commits.popitem(last=False)
