@@ -22,7 +22,10 @@ Guarantees every adapter gives (each has a contract test in ``tests/lockstore``)
   goes down. If callers only ever claim ``latest() + 1`` (the engine does), the claimed
   versions form the gapless prefix ``0..latest``.
 * **Idempotent completion**: ``mark_complete`` may be called any number of times, by any
-  process; it fails only if the slot was never claimed.
+  process; it fails only if the slot was never claimed. The mark is for operators: the
+  engine's recovery keys on ``<N>.json`` existing, never on the mark, so an adapter may
+  send it without waiting (the ZooKeeper adapter does, for the writer's own claims: the
+  mark is visible to other handles a round trip later).
 
 Honest non-guarantees:
 
