@@ -285,12 +285,10 @@ def run_appends(
             phases=phases,
         )
         if config != "deltalake":
-            assert result.version == writers * per_writer, (
-                f"{config}, {writers} writer(s): version {result.version} != {writers * per_writer} appends"
-            )
-            assert result.rows == writers * per_writer, (
-                f"{config}, {writers} writer(s): {result.rows} rows != {writers * per_writer} appends"
-            )
+            expected = writers * per_writer
+            context = f"{config}, {writers} writer(s), errors {dict(errors) or 'none'}"
+            assert result.version == expected, f"{context}: version {result.version} != {expected} appends"
+            assert result.rows == expected, f"{context}: {result.rows} rows != {expected} appends"
         return result
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
