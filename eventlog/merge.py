@@ -141,6 +141,15 @@ class MergeBuilder:
     def _resolve(self, col: ex.Column) -> str:
         return f"{col.qualifier}.{col.name}"
 
+    def target_predicate(self) -> ex.Expr | None:
+        """The ON condition's target-only conjuncts, unqualified: what the MERGE reads.
+
+        This is the transaction's read predicate, so engines that run the MERGE elsewhere
+        (Spark) record exactly the reads the plain-Python MERGE records.
+        """
+        _, target_only, _ = self._split_on()
+        return _unqualify(ex.conjoin(target_only)) if target_only else None
+
     def _split_on(self) -> tuple[list[tuple[str, str]], list[ex.Expr], list[ex.Expr]]:
         keys: list[tuple[str, str]] = []
         target_only: list[ex.Expr] = []
@@ -182,8 +191,8 @@ class MergeBuilder:
         txn.set_operation("MERGE", params)
         if self.matched:
             check_append_only(txn, "MERGE with WHEN MATCHED")
-        keys, target_only, residual = self._split_on()
-        target_pred = _unqualify(ex.conjoin(target_only)) if target_only else None
+        keys, _, residual = self._split_on()
+        target_pred = self.target_predicate()
         try:
             files = txn.scan(target_pred)
             result = self._plan(files, keys, target_pred, residual)

@@ -509,7 +509,7 @@ def optimize(
     # ZORDER BY is used").
     mapped = not zorder and txn.deletion_vectors_enabled and not parts
     for group in groups.values():
-        for bin_ in _bins(group, target, rewrite_all=bool(zorder)):
+        for bin_ in plan_bins(group, target, rewrite_all=bool(zorder)):
             txn.remove_files(bin_, data_change=False)
             removed += len(bin_)
             if mapped:
@@ -547,7 +547,9 @@ def _compact_mapped(txn: Transaction, sources: Sequence[AddFile]) -> None:
     txn.record_compaction(compaction)
 
 
-def _bins(files: Sequence[AddFile], target: int, *, rewrite_all: bool) -> list[list[AddFile]]:
+def plan_bins(files: Sequence[AddFile], target: int, *, rewrite_all: bool) -> list[list[AddFile]]:
+    """OPTIMIZE's bins for one partition: small files packed up to ``target`` bytes
+    (bins of one file are left alone), or every file when rewriting all (Z-order)."""
     if rewrite_all:
         return [list(files)] if files else []
     small = sorted((f for f in files if f.size < target), key=lambda f: f.size)
