@@ -36,6 +36,8 @@ Tables with deletion vectors enabled and no partition columns use row-level conc
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,7 +46,15 @@ import pyarrow as pa
 from pyroaring import AbstractBitMap64
 
 from eventlog import rowlevel
-from eventlog.actions import AddFile, CommitInfo, DomainMetadata, Metadata, Protocol, RemoveFile
+from eventlog.actions import (
+    AddFile,
+    CommitInfo,
+    DomainMetadata,
+    Metadata,
+    Protocol,
+    RemoveFile,
+    SetTransaction,
+)
 from eventlog.errors import (
     ConcurrentAppendException,
     ConcurrentDeleteDeleteException,
@@ -118,7 +128,7 @@ class TransactionSummary:
     fail_on_any_winner: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class WinningCommit:
     """What the checker needs of a commit that won."""
 
@@ -135,17 +145,45 @@ class WinningCommit:
 
     @staticmethod
     def of(commit: Commit, dv_bitmaps: Mapping[str, AbstractBitMap64] | None = None) -> WinningCommit:
+        # One pass over the actions: a compaction or rewrite winner carries thousands.
+        info: CommitInfo | None = None
+        metadata: Metadata | None = None
+        protocol: Protocol | None = None
+        adds: list[AddFile] = []
+        removes: list[RemoveFile] = []
+        app_ids: set[str] = set()
+        domains: list[DomainMetadata] = []
+        for action in commit.actions:
+            kind = type(action)  # exact types: actions are final dataclasses
+            if kind is AddFile:
+                adds.append(action)  # type: ignore[arg-type]
+            elif kind is RemoveFile:
+                removes.append(action)  # type: ignore[arg-type]
+            elif isinstance(action, CommitInfo):
+                info = info or action
+            elif isinstance(action, Metadata):
+                metadata = metadata or action
+            elif isinstance(action, Protocol):
+                protocol = protocol or action
+            elif isinstance(action, SetTransaction):
+                app_ids.add(action.app_id)
+            elif isinstance(action, DomainMetadata):
+                domains.append(action)
         return WinningCommit(
             version=commit.version,
-            commit_info=commit.commit_info,
-            metadata=commit.metadata,
-            protocol=commit.protocol,
-            adds=tuple(commit.adds),
-            removes=tuple(commit.removes),
-            app_ids=frozenset(t.app_id for t in commit.txns),
-            domains=tuple(commit.domains),
+            commit_info=info,
+            metadata=metadata,
+            protocol=protocol,
+            adds=tuple(adds),
+            removes=tuple(removes),
+            app_ids=frozenset(app_ids),
+            domains=tuple(domains),
             dv_bitmaps=dv_bitmaps or {},
         )
+
+    @functools.cached_property
+    def removed_paths(self) -> frozenset[str]:
+        return frozenset(r.path for r in self.removes)
 
     @property
     def is_blind_append(self) -> bool:
@@ -348,11 +386,19 @@ def _first_matching(
     if any(isinstance(p, Literal) and p.value is True for p in predicates):
         return candidates[0]
     # Evaluate each distinct partition once: a 1,000-file winner usually spans few.
-    distinct: dict[tuple[tuple[str, str | None], ...], AddFile] = {}
-    for add in candidates:
-        distinct.setdefault(tuple(sorted(add.partition_values.items())), add)
+    names = partition_schema.names
+    key_of = operator.itemgetter(*names)  # C-speed; Delta requires every partition key
+    distinct: dict[Any, AddFile] = {}
+    try:
+        for add in candidates:
+            distinct.setdefault(key_of(add.partition_values), add)
+    except KeyError:  # a writer that omitted a key: fall back to get (missing = null)
+        distinct = {}
+        for add in candidates:
+            distinct.setdefault(tuple(add.partition_values.get(n) for n in names), add)
     keys = list(distinct)
-    table = partition_values_table([dict(k) for k in keys], partition_schema)
+    rows = [dict(zip(names, k if len(names) > 1 else (k,), strict=True)) for k in keys]
+    table = partition_values_table(rows, partition_schema)
     for pred in dict.fromkeys(predicates):  # de-duplicated, order kept
         mask = evaluate_mask(pred, table).to_pylist()
         for key, hit in zip(keys, mask, strict=True):
@@ -367,15 +413,16 @@ def _check_deleted_files_read(txn: TransactionSummary, winner: WinningCommit) ->
     if not winner.removes:
         return
     read = txn.read_set.files
-    for remove in winner.removes:
-        values = read.get(remove.path)
-        if values is not None or remove.path in read:
-            raise _conflict(
-                ConcurrentDeleteReadException,
-                txn,
-                winner,
-                partition=partition_hint(values, txn.partition_schema),
-            )
+    hit = winner.removed_paths.intersection(read)
+    if hit:
+        # The first such remove in commit order, for a stable partition hint.
+        path = next(r.path for r in winner.removes if r.path in hit)
+        raise _conflict(
+            ConcurrentDeleteReadException,
+            txn,
+            winner,
+            partition=partition_hint(read[path], txn.partition_schema),
+        )
     if txn.read_set.whole_table:
         raise _conflict(ConcurrentDeleteReadException, txn, winner)
 
@@ -459,6 +506,8 @@ def _check_delete_delete(txn: TransactionSummary, winner: WinningCommit) -> None
     if not winner.removes or not txn.removes:
         return
     mine = {r.path: r for r in txn.removes}
+    if winner.removed_paths.isdisjoint(mine):
+        return
     for remove in winner.removes:
         own = mine.get(remove.path)
         if own is not None:
