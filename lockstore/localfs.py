@@ -3,16 +3,19 @@
 Layout, one directory per table under ``root``::
 
     root/<sanitised table key>-<sha1[:12]>/
-        00000000000000000007.slot   claim of version 7 (JSON: {"claim": ..., "claimed_at": ...})
+        00000000000000000007.slot   claim of version 7: a symlink whose target text is the JSON
+                                    {"claim": ..., "claimed_at": ...} (or a file with that JSON)
         00000000000000000007.done   empty; present once version 7 is published
         _latest                     best-effort hint: symlink to a recently claimed slot
         _table_id                   the table id bound to these slots
         .tmp-*                      in-flight temp files (a crash may leave some; they are ignored)
 
-Exclusivity comes from ``link(2)``, which fails with EEXIST when the target name exists,
-atomically, on local filesystems (like ``O_CREAT | O_EXCL``). The slot content is written
-to a private temp file *before* it is linked into place, so a slot file is never seen
-partially written. Network filesystems (NFS, SMB, FUSE object-store mounts) may not give
+Exclusivity comes from ``symlink(2)`` (or ``link(2)``), which fails with EEXIST when the
+name exists, atomically, on local filesystems (like ``O_CREAT | O_EXCL``). A claim is one
+``symlink`` whose target text *is* the claim's JSON: it appears with its whole content in
+one step, so it is never seen partially written, and it costs one metadata operation
+instead of three (payloads too long for a symlink fall back to a temp file linked into
+place). Network filesystems (NFS, SMB, FUSE object-store mounts) may not give
 these guarantees; use the ZooKeeper adapter across machines.
 
 Durability: by default nothing is fsynced, so claims survive the crash of any process but
@@ -44,6 +47,8 @@ from lockstore.base import (
 
 _SLOT = ".slot"
 _DONE = ".done"
+# Symlink targets may hold up to PATH_MAX (4096) bytes; stay well below it.
+_MAX_SYMLINK_PAYLOAD = 3000
 _HINT = "_latest"
 _TABLE_ID = "_table_id"
 _TMP_PREFIX = ".tmp-"
@@ -84,9 +89,10 @@ def _parse_slot_name(name: str) -> int:
 
 def _exists(path: str) -> bool:
     # Not os.path.exists: that swallows every OSError (EACCES, EIO, ENOTDIR), which would make
-    # an unreadable store look empty instead of unavailable.
+    # an unreadable store look empty instead of unavailable. lstat, because a claim is a
+    # symlink whose "target" (the claim's JSON) is no file.
     try:
-        os.stat(path)
+        os.lstat(path)
     except FileNotFoundError:
         return False
     return True
@@ -146,13 +152,28 @@ class LocalFileSlotStore(SlotStore):
             # decides every case this check does not catch.
             if _exists(slot):
                 return False
-            tmp = self._write_temp(directory, payload)
-            try:
-                os.link(tmp, slot)
-            except FileExistsError:
-                return False
-            finally:
-                _unlink_quietly(tmp)
+            if len(payload) <= _MAX_SYMLINK_PAYLOAD:
+                if directory not in self._made:
+                    os.makedirs(directory, exist_ok=True)
+                    self._made.add(directory)
+                try:
+                    try:
+                        os.symlink(payload.decode("utf-8"), slot)
+                    except FileNotFoundError:
+                        # The directory vanished after we cached it (an operator or test
+                        # removed the root): recreate it once.
+                        os.makedirs(directory, exist_ok=True)
+                        os.symlink(payload.decode("utf-8"), slot)
+                except FileExistsError:
+                    return False
+            else:
+                tmp = self._write_temp(directory, payload)
+                try:
+                    os.link(tmp, slot)
+                except FileExistsError:
+                    return False
+                finally:
+                    _unlink_quietly(tmp)
             if self._fsync:
                 self._sync_dir(directory)
         except OSError as exc:
@@ -212,10 +233,14 @@ class LocalFileSlotStore(SlotStore):
         path = os.path.join(directory, _slot_name(version))
         try:
             try:
-                with open(path, "rb") as f:
-                    raw = f.read()
+                raw: bytes | str = os.readlink(path)
             except FileNotFoundError:
                 return None
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:  # EINVAL: a regular file (long payload)
+                    raise
+                with open(path, "rb") as f:
+                    raw = f.read()
             complete = _exists(os.path.join(directory, _done_name(version)))
         except OSError as exc:
             raise SlotStoreUnavailableError(f"reading {path}: {exc}") from exc

@@ -522,6 +522,7 @@ def test_latest_does_not_trust_a_bad_hint(tmp_path: Path) -> None:
     assert store.latest(TABLE) == 9
     assert os.readlink(hint) == "00000000000000000009.slot"  # repaired
 
+    hint.unlink()
     hint.write_text("garbage")  # not a symlink at all
     assert store.latest(TABLE) == 9
     assert os.readlink(hint) == "00000000000000000009.slot"  # repaired
@@ -568,7 +569,7 @@ def test_file_layout_and_payload(tmp_path: Path) -> None:
         "_latest",
         "_table_id",
     ]  # no temp files left behind, winner's or loser's
-    payload = json.loads((directory / "00000000000000000000.slot").read_text())
+    payload = json.loads(os.readlink(directory / "00000000000000000000.slot"))  # the claim is a symlink
     assert payload["claim"] == claim.to_dict()
     assert abs(payload["claimed_at"] - time.time()) < 60
     assert (directory / "_table_id").read_text() == "table-id-1"
