@@ -10,15 +10,17 @@ appends through a single handle up to the wanted number of commits (versions
 * deltalake: ``DeltaTable(path).version()`` plus ``DeltaTable.file_uris()`` so that the
              file list is really materialised (deltalake 1.x has no ``files()``)
 
-Each measurement is 1 warm-up call then ``--repeat`` timed calls (default 5, interleaved),
-reporting the median and range. Then ``Table.open(path).checkpoint()`` writes a checkpoint
-at the last version and the same timings are repeated.
+Each measurement is 1 warm-up call then ``--repeat`` timed calls (default 5, interleaved,
+the first call rotating, ``gc.collect()`` before each), reporting the median and range.
+Then ``Table.open(path).checkpoint()`` writes a checkpoint at the last version and the same
+timings are repeated.
 
 Run: ``.venv/bin/python bench/bench_open.py [--quick] [--repeat N]``
 """
 
 from __future__ import annotations
 
+import gc
 import shutil
 import sys
 import tempfile
@@ -30,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 
 import pyarrow as pa
 
-from bench._common import Stat, machine_note, parse_args, print_table, ratio, verdict
+from bench._common import Stat, machine_note, parse_args, print_table, ratio, rotated, verdict
 
 SCHEMA = pa.schema([("id", pa.int64()), ("payload", pa.string())])
 TARGET_RATIO = 0.25  # ours / deltalake open time
@@ -77,10 +79,11 @@ def time_calls(calls: dict[str, Callable[[], object]], repeat: int) -> dict[str,
     for fn in calls.values():  # warm-up: imports, page cache
         fn()
     times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(repeat):
-        for name, fn in calls.items():
+    for rep in range(repeat):
+        for name in rotated(list(calls), rep):  # each call goes first in turn
+            gc.collect()  # no call pays for collecting the previous one's garbage
             start = time.perf_counter()
-            fn()
+            calls[name]()
             times[name].append(time.perf_counter() - start)
     return {name: Stat.of([1000 * t for t in v]) for name, v in times.items()}
 

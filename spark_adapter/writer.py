@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -35,7 +35,7 @@ from eventlog.operations import APPEND_ONLY_KEY, TARGET_FILE_SIZE_KEY
 from eventlog.protocol import protocol_for
 from eventlog.schema import conform, from_spark_schema_json, merge_schema, to_spark_schema_json
 from eventlog.storage import LogStore
-from eventlog.table import Table, resolve_slots
+from eventlog.table import Table
 from eventlog.transaction import Transaction
 from spark_adapter.types import option, option_bool, option_int, spark_to_arrow_schema, table_uri
 
@@ -96,8 +96,9 @@ def plan_write(options: Any, spark_schema: StructType, overwrite: bool) -> Write
     except TableNotFoundError:
         table = None
     skip = False
+    props: Mapping[str, str] = {}
     if table is None:
-        read_version, schema, props = -1, data_schema, {}
+        read_version, schema = -1, data_schema
         parts = _partition_columns(option(options, "partitionBy"), schema) or ()
     else:
         snap = table.refresh()
@@ -273,9 +274,7 @@ class EventlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
         # The path held no table at planning: this commit creates it, with the data, as
         # version 0. A writer that created it meanwhile wins; we get ProtocolChangedException
         # from the conflict check (as Delta), and our files are deleted.
-        store = LogStore(plan.uri)
-        table = Table(store, resolve_slots(plan.slots, store), None)
-        txn = Transaction(table, None)
+        txn = Transaction(Table.handle(plan.uri, slots=plan.slots), None)
         schema = plan.schema
         txn.update_protocol(protocol_for(schema, {}))
         txn.update_metadata(

@@ -32,7 +32,9 @@ class FlakySlots(InMemorySlotStore):
 def test_retries_keep_the_txn_id_and_sleep_with_growing_backoff(local_uri: str) -> None:
     slots = FlakySlots(refusals=4)
     sleeps: list[float] = []
-    policy = RetryPolicy(base_delay=0.01, multiplier=2.0, jitter=0.0, sleep=sleeps.append, rng=random.Random(0))
+    policy = RetryPolicy(
+        base_delay=0.01, multiplier=2.0, jitter=0.0, sleep=sleeps.append, rng=random.Random(0)
+    )
     t = Table.create(local_uri, SCHEMA, slots=slots, retry_policy=policy)
     result = t.append(rows([1]))
     assert result.attempts == 5 and result.version == 1

@@ -1,0 +1,109 @@
+"""The ``eventlog`` Python data source: ``format("eventlog")`` for batch reads and writes.
+
+Registered automatically in every session through the top-level module
+``pyspark_eventlog`` (Spark imports ``pyspark_*`` modules on its Python path and registers
+their ``DefaultSource``). pyspark 4.2 finds Python data sources through the JVM thread's
+*active* session only: a thread that did not create the session or call
+``spark.createDataFrame`` must call :func:`activate` first (``spark.dataSource.register``
+has the same limit).
+
+A DataFrame from ``load(uri)`` reads the version resolved when it was created (schema and
+rows from one snapshot); ``load`` again to see newer commits. Writes: only the
+``append`` and ``overwrite`` modes exist, and Spark's own ``.partitionBy()`` is refused:
+use the ``partitionBy`` option. ``memory://`` tables cannot be used (one per process).
+
+Options (case-insensitive):
+
+============================  ==========================================================
+``path``                      the table location (``load(uri)`` / ``save(uri)``)
+``slots``                     slot store URI, passed to ``Table.open(uri, slots=...)``
+``versionAsOf``               read: time travel to a version
+``timestampAsOf``             read: the latest version committed at or before an ISO time
+                              (naive times are UTC)
+``maxPartitionBytes``         read: most bytes of files one task reads (default 128 MB);
+                              split like Spark's file sources, ``min(this, max(4 MB,
+                              total / cores))``; ``1`` gives one task per file
+``filterPushdown``            read: ``true`` prunes partitions and skips files by the
+                              filters Spark pushes (needs the session conf
+                              ``spark.sql.python.filterPushdown.enabled=true``; see
+                              :mod:`spark_adapter.reader` for why it is off by default)
+``partitionBy``               write: comma-separated partition columns of a new table
+``replaceWhere``              overwrite: replace only the rows matching this predicate
+``mergeSchema``               write: ``true`` lets new columns into the table schema
+``txnAppId`` + ``txnVersion``  write: idempotent writes (a version already committed for
+                              the app id is skipped)
+``userMetadata``              write: stored in the commit's ``commitInfo``
+============================  ==========================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader
+from pyspark.sql.types import StructType
+
+from eventlog.errors import InvalidInputError
+from eventlog.snapshot import Snapshot
+from eventlog.table import Table
+from spark_adapter.reader import DEFAULT_MAX_PARTITION_BYTES, EventlogReader, PruningReader, ScanSource
+from spark_adapter.types import arrow_to_spark_schema, option, option_bool, option_int, table_uri
+from spark_adapter.writer import EventlogWriter, plan_write
+
+__all__ = ["EventlogDataSource", "activate"]
+
+
+class EventlogDataSource(DataSource):  # type: ignore[misc]
+    """``format("eventlog")``: see the module docstring for the options."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "eventlog"
+
+    def schema(self) -> StructType:
+        # Runs when Spark resolves the read (not when a user schema is given). The version
+        # found here is pinned: the DataSource is pickled and reused by reader(), so the
+        # schema and the rows always come from the same snapshot.
+        snap = self._snapshot()
+        self._pinned_version = snap.version
+        return arrow_to_spark_schema(snap.schema)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        snap = self._snapshot(getattr(self, "_pinned_version", None))
+        source = ScanSource(
+            uri=table_uri(self.options),
+            slots=option(self.options, "slots"),
+            version=snap.version,
+            schema_json=snap.metadata.schema_string,
+            partition_columns=snap.partition_columns,
+            max_partition_bytes=option_int(self.options, "maxPartitionBytes", minimum=1)
+            or DEFAULT_MAX_PARTITION_BYTES,
+        )
+        if option_bool(self.options, "filterPushdown"):
+            return PruningReader(source, schema, snap)
+        return EventlogReader(source, schema, snap)
+
+    def writer(self, schema: StructType, overwrite: bool) -> EventlogWriter:
+        return EventlogWriter(plan_write(self.options, schema, overwrite))
+
+    def _snapshot(self, pinned: int | None = None) -> Snapshot:
+        """The snapshot a read sees: ``pinned``, else the time-travel options, else latest."""
+        options = self.options
+        table = Table.open(table_uri(options), slots=option(options, "slots"))
+        if pinned is not None:
+            return table.snapshot(pinned)
+        version = option_int(options, "versionAsOf")
+        timestamp = option(options, "timestampAsOf")
+        if version is not None and timestamp is not None:
+            raise InvalidInputError("Cannot specify both versionAsOf and timestampAsOf; use one")
+        return table.snapshot(version, timestamp=timestamp)
+
+
+def activate(spark: Any) -> None:
+    """Make ``spark`` the JVM's active session in the calling thread.
+
+    pyspark 4.2 looks Python data sources up in the *active* session only, a JVM
+    thread-local that a new Python thread lacks until it calls ``spark.createDataFrame``;
+    this sets it (the same as ``SparkSession.setActiveSession`` on the JVM side).
+    """
+    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
