@@ -467,17 +467,13 @@ def restore(txn: Transaction, version: int) -> None:
 # --------------------------------------------------------------------------- optimize
 
 
-def optimize(
-    txn: Transaction,
-    *,
-    zorder_by: Sequence[str] | None = None,
-    partition_filter: str | None = None,
-    target_size: int | None = None,
-) -> None:
-    """Compact small files per partition (bin packing), optionally Z-ordered.
+def begin_optimize(
+    txn: Transaction, zorder_by: Sequence[str] | None, partition_filter: str | None
+) -> tuple[list[str], ex.Expr | None]:
+    """Validate an OPTIMIZE's arguments and name the operation; (Z-order columns, filter).
 
-    All actions carry ``dataChange = false``, so the commit runs at snapshot isolation:
-    it survives concurrent appends but not a concurrent delete of a file it read.
+    Shared by every engine that runs OPTIMIZE (here and the Spark adapter), so they reject
+    the same input and record the same operation.
     """
     zorder = list(zorder_by or [])
     schema = txn.schema
@@ -497,6 +493,23 @@ def optimize(
         outside = [c.name for c in ex.referenced_columns(pred) if c.name not in parts]
         if outside:
             raise InvalidInputError(f"OPTIMIZE's filter may only use partition columns, not {outside}")
+    return zorder, pred
+
+
+def optimize(
+    txn: Transaction,
+    *,
+    zorder_by: Sequence[str] | None = None,
+    partition_filter: str | None = None,
+    target_size: int | None = None,
+) -> None:
+    """Compact small files per partition (bin packing), optionally Z-ordered.
+
+    All actions carry ``dataChange = false``, so the commit runs at snapshot isolation:
+    it survives concurrent appends but not a concurrent delete of a file it read.
+    """
+    zorder, pred = begin_optimize(txn, zorder_by, partition_filter)
+    parts = txn.metadata.partition_columns
     target = target_size or _target_size(txn)
     files = txn.scan(pred)
     groups: dict[tuple[tuple[str, str | None], ...], list[AddFile]] = {}

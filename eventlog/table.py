@@ -186,12 +186,12 @@ class Table:
 
     @property
     def uri(self) -> str:
-        return self.log.uri
+        return self.commitlog.uri
 
     @property
     def key(self) -> str:
         """The key of this table's version slots in the slot store."""
-        return self.log.uri
+        return self.commitlog.key
 
     @property
     def version(self) -> int:

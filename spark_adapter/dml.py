@@ -41,6 +41,7 @@ from eventlog.datafiles import DEFAULT_TARGET_FILE_SIZE, delete_files, write_dat
 from eventlog.errors import InvalidInputError, PredicateError, UnknownColumnError
 from eventlog.operations import (
     TARGET_FILE_SIZE_KEY,
+    begin_optimize,
     check_append_only,
     plan_bins,
     zorder_permutation,
@@ -563,24 +564,8 @@ def plan_optimize(
     spark: SparkSession, txn: Transaction, partition_filter: str | None, zorder_by: Sequence[str]
 ) -> PendingCommit:
     """Bin-packing compaction (optionally Z-ordered), planned as eventlog.operations.optimize."""
-    zorder = list(zorder_by)
-    schema = txn.schema
+    zorder, pred = begin_optimize(txn, zorder_by, partition_filter)
     parts = txn.metadata.partition_columns
-    for col in zorder:
-        if col not in schema.names:
-            raise UnknownColumnError(col, list(schema.names), "zorder_by")
-        if col in parts:
-            raise InvalidInputError(f"cannot Z-order by partition column {col!r}")
-    txn.set_operation(
-        "OPTIMIZE", {"predicate": [partition_filter] if partition_filter else [], "zOrderBy": zorder},
-        changes_data=False,
-    )  # fmt: skip
-    pred = None
-    if partition_filter is not None:
-        pred = txn.parse_predicate(partition_filter, "partition_filter")
-        outside = [c.name for c in ex.referenced_columns(pred) if c.name not in parts]
-        if outside:
-            raise InvalidInputError(f"OPTIMIZE's filter may only use partition columns, not {outside}")
 
     def plan(ctx: JobContext, staged: StagedFiles) -> None:
         files = txn.scan(pred)
