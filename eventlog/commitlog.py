@@ -75,6 +75,11 @@ class CommitLog:
         """The key of this table's version slots in the slot store."""
         return self.log.uri
 
+    def note_listed(self, version: int) -> None:
+        """Versions up to ``version`` were seen in a listing of the log: they are published."""
+        with self._lock:
+            self._published = max(self._published, version)
+
     def note_published(self, commit: Commit) -> None:
         """Remember a commit this process published (cached for later readers)."""
         with self._lock:

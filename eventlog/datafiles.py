@@ -240,7 +240,11 @@ class _Writer:
                         # keeps the accumulator single-threaded.
                         if pending is not None:
                             pending.result()
-                        pending = _STATS_POOL.submit(stats.update, chunk)
+                            pending = None
+                        if chunk.num_rows >= _PARALLEL_STATS_ROWS:
+                            pending = _STATS_POOL.submit(stats.update, chunk)
+                        else:  # a thread hand-off costs more than small statistics
+                            stats.update(chunk)
                         writer.write_table(chunk, row_group_size=n)
                         pos += n
                         rows += n
@@ -266,6 +270,7 @@ class _Writer:
 # --------------------------------------------------------------------------- statistics
 
 _STATS_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eventlog-stats")
+_PARALLEL_STATS_ROWS = 65_536
 
 
 def _leaf_columns(table: pa.Table) -> Iterable[tuple[tuple[str, ...], pa.ChunkedArray]]:

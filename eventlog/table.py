@@ -279,6 +279,9 @@ class Table:
         """Replay the log (from the newest usable checkpoint) up to ``version``/latest."""
         names = self.log.list_log()
         listed = LogStore.commit_versions(names)
+        if listed:
+            # The listing proves these versions are published: no per-version check needed.
+            self.commitlog.note_listed(listed[-1])
         latest = max(listed[-1] if listed else -1, self.latest_version())
         if latest < 0:
             raise TableNotFoundError(self.uri)
