@@ -88,7 +88,7 @@ def floor_source() -> type:
             return Dropped(sum(b.num_rows for b in iterator))
 
         def commit(self, messages: Any) -> None:
-            pass
+            """Commit nothing: this sink measures the Python Data Source API's own floor."""
 
     class BareReader(DataSourceReader):  # type: ignore[misc]
         def __init__(self, path: str, schema: Any) -> None:

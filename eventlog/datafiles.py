@@ -9,6 +9,7 @@ JSON form (see :func:`file_stats`).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import time
@@ -563,8 +564,7 @@ def delete_files(fs: fsspec.AbstractFileSystem, root: str, relative_paths: Itera
     for rel in relative_paths:
         path = _file_path(fs, root, rel)
         try:
-            fs.rm_file(path)
-        except FileNotFoundError:
-            pass
+            with contextlib.suppress(FileNotFoundError):  # already gone: the goal
+                fs.rm_file(path)
         except Exception as exc:  # cleanup must never mask the error that triggered it
             log.warning("could not delete staged data file %s: %s", path, exc)

@@ -175,15 +175,25 @@ def _cast_strings(raw: pa.Array, t: pa.DataType, slow: Callable[[str], Any]) -> 
     if pa.types.is_string(t):
         return raw
     if not pa.types.is_binary(t):
-        try:
-            if pa.types.is_timestamp(t) and t.tz is not None:
-                try:
-                    return raw.cast(t)
-                except pa.ArrowInvalid:  # zone-less strings are UTC: parse naive, then relabel
-                    return raw.cast(pa.timestamp(t.unit)).cast(t)
-            if pa.types.is_boolean(t):
-                raw = pc.utf8_lower(raw)
-            return raw.cast(t)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            pass
+        fast = _vector_cast(raw, t)
+        if fast is not None:
+            return fast
+    # Arrow's cast rejects whole arrays over one value it cannot parse (a date written with a
+    # time part, a decimal with more digits than its scale, an out-of-range integer): the
+    # per-value decoder then parses what it can and names the value it cannot.
     return pa.array([None if s is None else slow(s) for s in raw.to_pylist()], t)
+
+
+def _vector_cast(raw: pa.Array, t: pa.DataType) -> pa.Array | None:
+    """Arrow's vectorised string cast, or None when Arrow cannot parse every value."""
+    try:
+        if pa.types.is_timestamp(t) and t.tz is not None:
+            try:
+                return raw.cast(t)
+            except pa.ArrowInvalid:  # zone-less strings are UTC: parse naive, then relabel
+                return raw.cast(pa.timestamp(t.unit)).cast(t)
+        if pa.types.is_boolean(t):
+            raw = pc.utf8_lower(raw)
+        return raw.cast(t)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None

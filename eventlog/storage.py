@@ -11,6 +11,7 @@ same purpose).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Sequence
@@ -187,13 +188,12 @@ class LogStore:
 
     def delete_staged(self, name: str) -> None:
         path = self.staged_path(name)
-        try:
+        # Already gone is fine: a recovering process may have published and we clean up once.
+        with contextlib.suppress(FileNotFoundError):
             if self.is_local:
                 os.unlink(path)
             else:
                 self.fs.rm_file(path)
-        except FileNotFoundError:
-            pass
 
     def write_commit_unguarded(self, version: int, data: bytes) -> bool:
         """Exclusive write of a commit file without a slot (tests and repair tools only)."""

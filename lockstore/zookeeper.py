@@ -190,11 +190,11 @@ class ZooKeeperSlotStore(SlotStore):
             return
         path = f"{self.chroot}/sessions/{sid:x}"
         try:
-            self._client.create(
-                path, json.dumps(self._owner).encode(), acl=self._acl, ephemeral=True, makepath=True
-            )
-        except NodeExistsError:
-            pass
+            # Already present (registered by an earlier call of this session): the goal.
+            with contextlib.suppress(NodeExistsError):
+                self._client.create(
+                    path, json.dumps(self._owner).encode(), acl=self._acl, ephemeral=True, makepath=True
+                )
         except _AMBIGUOUS:
             return  # retried on the next call
         self._session_node_registered = True
@@ -245,9 +245,9 @@ class ZooKeeperSlotStore(SlotStore):
             (f"{base}/latest", b"-1"),
         ):
             try:
-                self._call("create", path, data, acl=self._acl, makepath=True)
-            except NodeExistsError:
-                pass
+                # Created concurrently by another writer of this table: the goal.
+                with contextlib.suppress(NodeExistsError):
+                    self._call("create", path, data, acl=self._acl, makepath=True)
             except SlotStoreUnavailableError:
                 # A retried create may have found its own first attempt: existence is the goal.
                 if self._call("exists", path) is None:

@@ -16,6 +16,7 @@ driver deletes the listed files when a job or the planning fails (:class:`Staged
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -200,9 +201,8 @@ class StagedFiles:
 
     def _drop_dir(self) -> None:
         try:
-            self.fs.rm(self.dir, recursive=True)
-        except FileNotFoundError:
-            pass
+            with contextlib.suppress(FileNotFoundError):  # no task listed anything: nothing to drop
+                self.fs.rm(self.dir, recursive=True)
         except Exception as exc:  # cleanup must never mask the operation's own error
             log.warning("could not remove staging directory %s: %s", self.dir, exc)
 

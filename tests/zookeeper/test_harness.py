@@ -121,7 +121,7 @@ def test_external_hosts_are_used_as_given(zk_hosts: str, monkeypatch: pytest.Mon
 
 def test_no_docker_engine_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
     class DockerException(Exception):
-        pass
+        """Stands in for docker.errors.DockerException (raised when no engine answers)."""
 
     def from_env(**_: object) -> None:
         raise DockerException("Error while fetching server API version")
