@@ -12,9 +12,11 @@ same purpose).
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -32,6 +34,18 @@ def parse_commit_file_name(name: str) -> int | None:
     base = name.rsplit("/", 1)[-1]
     if len(base) == 25 and base.endswith(".json") and base[:20].isdigit():
         return int(base[:20])
+    return None
+
+
+def file_mtime_ms(info: Mapping[str, Any]) -> int | None:
+    """Modification time (epoch ms) from an fsspec ``info`` dict, whatever the filesystem
+    calls it; None when it reports none."""
+    for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
+        value = info.get(key)
+        if isinstance(value, (int, float)):
+            return int(value * 1000)
+        if isinstance(value, dt.datetime):
+            return int(value.timestamp() * 1000)
     return None
 
 
@@ -112,12 +126,7 @@ class LogStore:
             info = self.fs.info(path)
         except FileNotFoundError:
             return None
-        mtime = info.get("mtime") or info.get("LastModified") or info.get("created")
-        if mtime is None:
-            return None
-        if hasattr(mtime, "timestamp"):
-            return int(mtime.timestamp() * 1000)
-        return int(float(mtime) * 1000)
+        return file_mtime_ms(info)
 
     def read_staged(self, name: str) -> bytes | None:
         try:

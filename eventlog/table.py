@@ -48,6 +48,7 @@ from eventlog.schema import canonical_schema, conform, to_spark_schema_json
 from eventlog.snapshot import Commit, Snapshot
 from eventlog.storage import LogStore
 from eventlog.transaction import CommitResult, Transaction
+from eventlog.vacuum import vacuum as vacuum_table
 from lockstore import SlotStore
 
 logger = logging.getLogger("eventlog.table")
@@ -490,6 +491,12 @@ class Table:
                 zorder_by=zorder_by, partition_filter=partition_filter, target_size=target_size
             )
         )
+
+    def vacuum(
+        self, retention_hours: float | None = None, *, dry_run: bool = False, enforce_retention: bool = True
+    ) -> list[str]:
+        """Delete data files no version within the retention references (see :mod:`vacuum`)."""
+        return vacuum_table(self, retention_hours, dry_run=dry_run, enforce_retention=enforce_retention)
 
     def restore(self, version: int) -> CommitResult:
         """Make version ``version``'s files live again (Delta's RESTORE), as a new version."""

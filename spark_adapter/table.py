@@ -27,16 +27,14 @@ import functools
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 from pyspark.sql import Column, DataFrame, SparkSession
 
 from eventlog import Table
-from eventlog.datafiles import escape_path_name
-from eventlog.errors import CorruptLogError, InvalidInputError
-from eventlog.operations import DEFAULT_DELETED_FILE_RETENTION, DELETED_FILE_RETENTION_KEY, parse_interval_ms
+from eventlog.errors import InvalidInputError
 from eventlog.storage import normalize_uri
-from eventlog.transaction import CommitResult, dv_relative_path
+from eventlog.transaction import CommitResult
+from eventlog.vacuum import RETENTION_CHECK_CONF, referenced_files, retention_ms, sweep, top_level_entries
 from lockstore import SlotStore
 from spark_adapter.dml import PendingCommit, plan_delete, plan_optimize, plan_update
 from spark_adapter.merge import SparkMergeBuilder
@@ -44,7 +42,6 @@ from spark_adapter.merge import SparkMergeBuilder
 __all__ = ["EventlogTable", "OptimizeBuilder", "PendingCommit", "SparkMergeBuilder"]
 
 SlotsSpec = SlotStore | str | None  # as eventlog.Table.open takes it
-RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
 _HISTORY_SCHEMA = (
     "version BIGINT, timestamp TIMESTAMP, operation STRING, operationParameters MAP<STRING, STRING>, "
     "readVersion BIGINT, isolationLevel STRING, isBlindAppend BOOLEAN, operationMetrics MAP<STRING, STRING>, "
@@ -153,38 +150,18 @@ class EventlogTable:
     def vacuum(self, retentionHours: float | None = None, *, dryRun: bool = False) -> list[str]:
         """Delete data files no version within the retention references; returns their paths.
 
-        Retention defaults to ``delta.deletedFileRetentionDuration`` (1 week). A shorter one
-        is refused unless ``spark.databricks.delta.retentionDurationCheck.enabled`` is false,
-        as in Delta: readers of old versions and writers that have not committed yet may
-        still need younger files. ``_delta_log``, ``_eventlog`` and hidden files are never
-        touched. Listing and deleting run in Spark tasks.
+        The rules are the engine's (:mod:`eventlog.vacuum`); Spark only spreads the listing
+        and deletion of the table's top-level entries over tasks. A retention shorter than
+        the table's is refused unless ``spark.databricks.delta.retentionDurationCheck.enabled``
+        is false, as in Delta.
         """
         snap = self._table.refresh()
-        configured = parse_interval_ms(
-            snap.properties.get(DELETED_FILE_RETENTION_KEY, DEFAULT_DELETED_FILE_RETENTION)
-        )
-        retention = configured if retentionHours is None else int(retentionHours * 3_600_000)
-        if retention < 0:
-            raise InvalidInputError(f"retentionHours must not be negative, got {retentionHours}")
-        check = str(self._spark.conf.get(RETENTION_CHECK_CONF, "true")).lower() != "false"
-        if check and retention < configured:
-            raise InvalidInputError(
-                "Are you sure you would like to vacuum files with such a low retention period? If you "
-                "have writers that are currently writing to this table, there is a risk that you may "
-                "corrupt the state of your table. If you are certain that there are no operations being "
-                "performed on this table, such as insert/upsert/delete/optimize, then you may turn off "
-                f"this check by setting: {RETENTION_CHECK_CONF} = false. The table retention is "
-                f"{configured / 3_600_000:g} hours; {retention / 3_600_000:g} hours were requested."
-            )
-        horizon = int(time.time() * 1000) - retention
-        valid = self._referenced_files(horizon)
+        enforce = str(self._spark.conf.get(RETENTION_CHECK_CONF, "true")).lower() != "false"
+        horizon = int(time.time() * 1000) - retention_ms(snap, retentionHours, enforce=enforce)
+        valid = referenced_files(self._table, horizon)
         fs, root, canonical = normalize_uri(self._table.uri)
         parts = snap.partition_columns
-        entries = [
-            (e["name"].rsplit("/", 1)[-1], e.get("type") == "directory")
-            for e in fs.ls(root, detail=True)
-            if not _hidden(e["name"].rsplit("/", 1)[-1], parts)
-        ]
+        entries = top_level_entries(fs, root, parts)
         if not entries:
             return []
         sc = self._spark.sparkContext
@@ -197,56 +174,6 @@ class EventlogTable:
             valid_bc.unpersist()
         return sorted(f"{canonical}/{rel}" for rel in deleted)
 
-    def _referenced_files(self, horizon: int) -> set[str]:
-        """Table-relative paths (data and DV files) a version within retention may read."""
-        snap = self._table.refresh()
-        valid: set[str] = set()
-
-        def keep(path: str, dv: Any) -> None:
-            if not urlparse(path).scheme:
-                valid.add(unquote(path))
-            if dv is not None and dv.storage_type == "u":
-                valid.add(dv_relative_path(dv))
-
-        for add in snap.add_files:
-            keep(add.path, add.deletion_vector)
-        for rm in snap.tombstones.values():
-            if (rm.deletion_timestamp or 0) >= horizon:
-                keep(rm.path, rm.deletion_vector)
-        # Commits within retention: their removes cover tombstones a checkpoint may have
-        # dropped under a shorter table retention than the one asked for here.
-        version = snap.version
-        while version >= 0:
-            try:
-                (commit,) = self._table.commits_between(version, version)
-            except CorruptLogError:
-                break  # older commits were cleaned up
-            if (commit.timestamp or 0) < horizon:
-                break
-            for add in commit.adds:
-                keep(add.path, add.deletion_vector)
-            for rm in commit.removes:
-                keep(rm.path, rm.deletion_vector)
-            version -= 1
-        return valid
-
-
-def _hidden(name: str, partition_columns: Sequence[str]) -> bool:
-    """Delta's rule: names starting with ``_`` or ``.`` are not data, except partition dirs."""
-    if not name.startswith(("_", ".")):
-        return False
-    return not any(name.startswith(f"{escape_path_name(c)}=") for c in partition_columns)
-
-
-def _mtime_ms(info: Mapping[str, Any]) -> int | None:
-    for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
-        value = info.get(key)
-        if isinstance(value, (int, float)):
-            return int(value * 1000)
-        if isinstance(value, dt.datetime):
-            return int(value.timestamp() * 1000)
-    return None
-
 
 def _vacuum_task(
     uri: str,
@@ -256,25 +183,9 @@ def _vacuum_task(
     dry_run: bool,
     entries: Iterator[tuple[str, bool]],
 ) -> Iterator[str]:
-    """List the given top-level entries and delete unreferenced files older than ``horizon``."""
+    """One Spark task's share of :func:`eventlog.vacuum.sweep`."""
     fs, root, _ = normalize_uri(uri)
-    keep = valid.value
-    for name, is_dir in entries:
-        path = f"{root}/{name}"
-        found = fs.find(path, withdirs=False, detail=True) if is_dir else {path: fs.info(path)}
-        for full, info in found.items():
-            rel = full[len(root) + 1 :]
-            if any(_hidden(part, partition_columns) for part in rel.split("/")) or rel in keep:
-                continue
-            mtime = _mtime_ms(info)
-            if mtime is None or mtime >= horizon:
-                continue  # unknown or too young: a writer may not have committed it yet
-            if not dry_run:
-                try:
-                    fs.rm_file(full)
-                except FileNotFoundError:
-                    continue
-            yield rel
+    yield from sweep(fs, root, entries, partition_columns, valid.value, horizon, dry_run)
 
 
 class OptimizeBuilder:
