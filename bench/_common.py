@@ -12,6 +12,8 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import pyarrow as pa
+
 
 def parse_args(
     description: str, *, default_repeat: int = 3, quick_repeat: int | None = None
@@ -121,3 +123,19 @@ def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[obje
 
 def verdict(met: bool) -> str:
     return "MET" if met else "MISSED"
+
+
+# The small-append workload shared by bench_small_appends and bench_zookeeper.
+SMALL_SCHEMA = pa.schema([("id", pa.int64()), ("writer", pa.int32()), ("payload", pa.string())])
+
+
+def small_batch(writer: int, i: int) -> pa.RecordBatch:
+    """One 1-row batch with an id unique per (writer, i)."""
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([writer * 1_000_000 + i], pa.int64()),
+            pa.array([writer], pa.int32()),
+            pa.array(["x" * 10]),
+        ],
+        schema=SMALL_SCHEMA,
+    )

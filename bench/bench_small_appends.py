@@ -36,9 +36,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 
 import pyarrow as pa
 
-from bench._common import Stat, cpu_seconds, machine_note, parse_args, print_table, ratio, rotated, verdict
+from bench._common import (
+    SMALL_SCHEMA,
+    Stat,
+    cpu_seconds,
+    machine_note,
+    parse_args,
+    print_table,
+    ratio,
+    rotated,
+    small_batch,
+    verdict,
+)
 
-SCHEMA = pa.schema([("id", pa.int64()), ("writer", pa.int32()), ("payload", pa.string())])
+SCHEMA = SMALL_SCHEMA
 TARGET_RATIO = 10.0
 ENGINES = ("ours", "deltalake")
 
@@ -61,21 +72,10 @@ class RunResult:
         return self.ok / self.seconds if self.seconds > 0 else 0.0
 
 
-def _batch(writer: int, i: int) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([writer * 1_000_000 + i], pa.int64()),
-            pa.array([writer], pa.int32()),
-            pa.array(["x" * 10]),
-        ],
-        schema=SCHEMA,
-    )
-
-
 def _worker(engine: str, path: str, n: int, writer: int, barrier: Any, results: Any) -> None:
     """One writer process: set up, wait for the others, append ``n`` times."""
     try:
-        batches = [_batch(writer, i) for i in range(n)]
+        batches = [small_batch(writer, i) for i in range(n)]
         if engine == "ours":
             from eventlog.table import Table
 

@@ -60,11 +60,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 
 import pyarrow as pa
 
-from bench._common import Stat, machine_note, print_table, ratio, verdict
+from bench._common import SMALL_SCHEMA, Stat, machine_note, print_table, ratio, small_batch, verdict
 
 REPO_ROOT = str(Path(__file__).resolve().parents[1])
 OUR_PACKAGES = tuple(os.path.join(REPO_ROOT, p) + os.sep for p in ("eventlog", "lockstore"))
-SCHEMA = pa.schema([("id", pa.int64()), ("writer", pa.int32()), ("payload", pa.string())])
+SCHEMA = SMALL_SCHEMA
 CONFIGS = ("embedded", "zk-standalone", "zk-ensemble", "deltalake")
 ZK_CONFIGS = ("zk-standalone", "zk-ensemble")
 CLAIM_MODES = ("cas", "seq", "store")
@@ -109,17 +109,6 @@ class RunResult:
         return self.ok / self.seconds if self.seconds > 0 else 0.0
 
 
-def _batch(writer: int, i: int) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([writer * 1_000_000 + i], pa.int64()),
-            pa.array([writer], pa.int32()),
-            pa.array(["x" * 10]),
-        ],
-        schema=SCHEMA,
-    )
-
-
 def _close_slots(table: Any) -> None:
     with contextlib.suppress(Exception):
         table.slots.close()
@@ -142,7 +131,7 @@ def _append_worker(
     """
     table: Any = None
     try:
-        batches = [_batch(writer, i) for i in range(n)]
+        batches = [small_batch(writer, i) for i in range(n)]
         phases = _Phases()
         if config == "deltalake":
             from deltalake import write_deltalake
@@ -698,7 +687,7 @@ def _profile_table(hosts: str) -> tuple[Any, Any, str]:
         Table.create(path, SCHEMA, slots=store)
         table = Table.open(path, slots=store)
         for i in range(5):  # warm-up: imports, first data file, kazoo's connection
-            table.append(_batch(9, i))
+            table.append(small_batch(9, i))
     except BaseException:
         store.close()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -711,7 +700,7 @@ def _warm_up(hosts: str, n: int) -> None:
     table, store, tmp = _profile_table(hosts)
     try:
         for i in range(n):
-            table.append(_batch(8, i))
+            table.append(small_batch(8, i))
     finally:
         store.close()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -777,7 +766,7 @@ def part_profile(
                 cpu0, server0 = time.process_time(), _cpu_seconds(server_pids)
                 t0 = time.perf_counter()
                 for i in range(n):
-                    table.append(_batch(0, i))
+                    table.append(small_batch(0, i))
                 wall = time.perf_counter() - t0
                 cpu, server = time.process_time() - cpu0, _cpu_seconds(server_pids) - server0
                 got = (Counter(counts), {k: 1000 * v / n for k, v in phases.seconds.items()})
@@ -844,7 +833,7 @@ def part_profile(
         t0 = time.perf_counter()
         prof.enable()
         for i in range(n):
-            table.append(_batch(0, i))
+            table.append(small_batch(0, i))
         prof.disable()
         wall = time.perf_counter() - t0
     finally:

@@ -339,15 +339,26 @@ def _matching_rows(
     return out
 
 
+def removes_whole_files(txn: Transaction, pred: ex.Expr | None) -> bool:
+    """Whether removing the rows matching ``pred`` removes whole files, unread: true for no
+    predicate and for one on partition columns only (every row of a pruned file matches)."""
+    parts = set(txn.metadata.partition_columns)
+    return pred is None or {c.name for c in ex.referenced_columns(pred)} <= parts
+
+
+def remove_whole_files(txn: Transaction, files: Sequence[AddFile]) -> tuple[int, int, int]:
+    """Stage removes of ``files``; (files removed, live rows deleted, rows copied = 0)."""
+    txn.remove_files(files)
+    return len(files), sum(_live_rows(f) for f in files), 0
+
+
 def _remove_rows(txn: Transaction, files: Sequence[AddFile], pred: ex.Expr | None) -> tuple[int, int, int]:
     """Remove the rows matching ``pred`` from ``files``: whole files when every row
     matches (always, for a partition-only predicate); otherwise mark the rows in deletion
     vectors (tables with DVs enabled) or rewrite the surviving rows.
     Returns (files changed, rows deleted, rows copied)."""
-    parts = set(txn.metadata.partition_columns)
-    if pred is None or {c.name for c in ex.referenced_columns(pred)} <= parts:
-        txn.remove_files(files)
-        return len(files), sum(_live_rows(f) for f in files), 0
+    if removes_whole_files(txn, pred):
+        return remove_whole_files(txn, files)
     use_dv = txn.deletion_vectors_enabled
     touched: list[AddFile] = []
     survivors: list[pa.Table] = []

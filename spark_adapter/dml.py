@@ -45,6 +45,8 @@ from eventlog.operations import (
     begin_optimize,
     check_append_only,
     plan_bins,
+    remove_whole_files,
+    removes_whole_files,
     zorder_permutation,
 )
 from eventlog.rowlevel import CompactionSource, compaction_tag
@@ -414,17 +416,9 @@ def plan_delete(spark: SparkSession, txn: Transaction, condition: str | Column |
 
     def plan(ctx: JobContext, staged: StagedFiles) -> None:
         files = txn.scan(pred)
-        parts = set(ctx.partition_columns)
-        if condition is None or (
-            exact and pred is not None and {c.name for c in ex.referenced_columns(pred)} <= parts
-        ):
-            # Whole files go, unread (as in eventlog.operations._remove_rows).
-            txn.remove_files(files)
-            live = sum(
-                (f.num_records or 0) - (f.deletion_vector.cardinality if f.deletion_vector else 0)
-                for f in files
-            )
-            txn.add_metrics(numRemovedFiles=len(files), numDeletedRows=live, numCopiedRows=0)
+        if condition is None or (exact and pred is not None and removes_whole_files(txn, pred)):
+            removed, live, _ = remove_whole_files(txn, files)
+            txn.add_metrics(numRemovedFiles=removed, numDeletedRows=live, numCopiedRows=0)
             return
         touched, adds, counts = _rewrite(spark, ctx, txn, files, to_column(condition), None)
         txn.add_metrics(numRemovedFiles=len(touched), numDeletedRows=counts[0], numCopiedRows=counts[1])
