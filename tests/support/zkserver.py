@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -274,7 +275,42 @@ def _deadline_loop(timeout: float) -> Callable[[], bool]:
 # One node
 
 
-class ZooKeeperServer:
+class _Managed(ABC):
+    """Context-manager and close() behaviour shared by a server and an ensemble."""
+
+    @abstractmethod
+    def start(self) -> Self: ...
+
+    @abstractmethod
+    def stop(self) -> None: ...
+
+    @abstractmethod
+    def cleanup(self) -> None: ...
+
+    def close(self) -> None:
+        """Stop, then delete what we created (even if stopping failed)."""
+        try:
+            self.stop()
+        finally:
+            self.cleanup()
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.cleanup()  # __exit__ will not run; the exception carries the log tail
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class ZooKeeperServer(_Managed):
     """One ZooKeeper JVM: standalone by default, or a member of a ``ZooKeeperEnsemble``.
 
     ``tick_ms`` sets tickTime; sessions may last from 2 to 20 ticks, so a short tick (e.g. 500)
@@ -547,28 +583,6 @@ class ZooKeeperServer:
             _release_owned_dir(self._owned_dir)
             self._owned_dir = None
 
-    def close(self) -> None:
-        """Stop the server and delete its data directory if we created it."""
-        try:
-            self.stop()
-        finally:
-            self.cleanup()
-
-    def __enter__(self) -> Self:
-        try:
-            return self.start()
-        except BaseException:
-            self.cleanup()  # __exit__ will not run; the exception carries the log tail
-            raise
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         state = f"pid {self.pid}" if self.is_running() else "stopped"
         return f"<ZooKeeperServer {self.hosts} myid={self.myid} {state} dir={self.dir}>"
@@ -578,7 +592,7 @@ class ZooKeeperServer:
 # An ensemble of nodes
 
 
-class ZooKeeperEnsemble:
+class ZooKeeperEnsemble(_Managed):
     """``size`` ZooKeeper nodes on loopback forming one ensemble (size 1 is a standalone node)."""
 
     def __init__(
@@ -760,27 +774,6 @@ class ZooKeeperEnsemble:
         if self._owned_dir is not None:
             _release_owned_dir(self._owned_dir)
             self._owned_dir = None
-
-    def close(self) -> None:
-        try:
-            self.stop()
-        finally:
-            self.cleanup()
-
-    def __enter__(self) -> Self:
-        try:
-            return self.start()
-        except BaseException:
-            self.cleanup()  # __exit__ will not run; the exception carries the log tail
-            raise
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<ZooKeeperEnsemble size={self.size} hosts={self.hosts} modes={self.modes()}>"
