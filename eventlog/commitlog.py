@@ -38,6 +38,7 @@ _COMMIT_CACHE_SIZE = 512
 # For slot stores that cannot tell whether a writer lives: how old a claim with a lost
 # staged file must be before it is repaired.
 REPAIR_GRACE_SECONDS = 300.0
+RECOVERY_MARK_AGE = 0.25  # a live owner publishes within milliseconds of its claim
 SlotsSpec = SlotStore | str | None
 
 
@@ -86,25 +87,27 @@ class CommitLog:
             self._cache(commit)
             self._published = max(self._published, commit.version)
 
-    def latest_version(self) -> int:
+    def latest_version(self, claimed: int | None = None) -> int:
         """Latest version: finishes claimed-but-unpublished slots, then probes the log.
 
-        Raises :class:`SlotStoreError` when the slot store cannot be reached.
+        ``claimed``: the slot store's latest version if the caller just read it (saves a
+        round trip). Raises :class:`SlotStoreError` when the slot store cannot be reached.
         """
         try:
-            return self._latest_version()
+            return self._latest_version(claimed)
         except SlotStoreUnavailableError as exc:
             raise SlotStoreError(
                 f"{self.uri}: the version-slot store is unreachable: {exc}", uri=self.uri
             ) from exc
 
-    def _latest_version(self) -> int:
-        claimed = self.slots.latest(self.key)
+    def _latest_version(self, claimed: int | None) -> int:
+        if claimed is None:
+            claimed = self.slots.latest(self.key)
         with self._lock:
             published = self._published
         for version in range(published + 1, claimed + 1):
             if not self.log.commit_exists(version):
-                self._recover(version)
+                self._recover(version, hot=True)
         latest = max(claimed, published)
         # Commits written without a slot (another Delta writer, run sequentially).
         while self.log.commit_exists(latest + 1):
@@ -113,8 +116,15 @@ class CommitLog:
             self._published = max(self._published, latest)
         return latest
 
-    def _recover(self, version: int) -> None:
-        """Publish a claimed version whose writer has not (yet) done so, from its staged file."""
+    def _recover(self, version: int, *, hot: bool = False) -> None:
+        """Publish a claimed version whose writer has not (yet) done so, from its staged file.
+
+        ``hot``: found by a reader. A fresh claim's owner is usually publishing it this very
+        moment (group commit wakes its members on the claim), so the reader publishes but
+        leaves the completion mark (a slot-store write) to a live owner whose claim is
+        younger than ``RECOVERY_MARK_AGE`` seconds. Stores that cannot tell whether the
+        owner lives get the mark at once.
+        """
         record = self.slots.get(self.key, version)
         if record is None:
             raise CorruptLogError(
@@ -127,8 +137,13 @@ class CommitLog:
             if self.log.commit_exists(version):
                 return
             data = self._repair_commit(version, record)
-        self.log.publish(version, record.claim.staged, data)
-        self.slots.mark_complete(self.key, version)
+        published = self.log.publish(version, record.claim.staged, data)
+        fresh_live_owner = hot and (
+            not published
+            or (record.age < RECOVERY_MARK_AGE and self.slots.owner_alive(self.key, version) is True)
+        )
+        if not fresh_live_owner:
+            self.slots.mark_complete(self.key, version)
 
     def repair_slots(self, *, dry_run: bool = False, limit: int = 100) -> list[dict[str, Any]]:
         """Finish or resolve incomplete slots among the newest ``limit``; report each action.

@@ -149,11 +149,29 @@ class LogStore:
             self.fs.makedirs(self.staged_dir, exist_ok=True)
         self._made_dirs = True
 
-    def stage(self, name: str, data: bytes) -> None:
-        """Write a staged commit in full (before any slot claim references it)."""
+    def list_staged(self) -> list[str]:
+        """Base names in ``_delta_log/_staged_commits`` (empty when it does not exist)."""
+        try:
+            if self.is_local:
+                return os.listdir(self.staged_dir)
+            return [p.rsplit("/", 1)[-1] for p in self.fs.ls(self.staged_dir, detail=False)]
+        except FileNotFoundError:
+            return []
+
+    def stage(self, name: str, data: bytes, *, atomic: bool = False) -> None:
+        """Write a staged commit in full (before any slot claim references it).
+
+        ``atomic``: the file appears whole or not at all, for files other processes may
+        list and read while it is written (group commit's queued appends).
+        """
         self._ensure_dirs()
         path = self.staged_path(name)
-        if self.is_local:
+        if self.is_local and atomic:
+            tmp = f"{self.staged_dir}/.{name}.{os.getpid()}.{threading.get_ident()}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.rename(tmp, path)
+        elif self.is_local:
             # Written in place: a staged file is only ever referenced by a slot claim made
             # after this write returned, so recovery never sees a partial one. (A rewrite
             # before a later claim is safe too: no claim references it yet.)

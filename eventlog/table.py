@@ -68,10 +68,13 @@ class Table:
         *,
         retry_policy: RetryPolicy | None = None,
         app_id: str | None = None,
+        group_commit: bool = False,
     ) -> None:
         self.commitlog = CommitLog(log, slots, published=snapshot.version if snapshot is not None else -1)
         self.retry_policy = retry_policy or DEFAULT_RETRY_POLICY
         self.app_id = app_id
+        # Blind appends share version slots with concurrent ones (eventlog.groupcommit).
+        self.group_commit = group_commit
         self._snapshot = snapshot
         self._lock = threading.RLock()
 
@@ -159,11 +162,16 @@ class Table:
         *,
         retry_policy: RetryPolicy | None = None,
         app_id: str | None = None,
+        group_commit: bool = False,
     ) -> Table:
-        """Open an existing table at its latest version. TableNotFoundError if absent."""
+        """Open an existing table at its latest version. TableNotFoundError if absent.
+
+        ``group_commit``: let this handle's blind appends share a version with concurrent
+        ones (:mod:`eventlog.groupcommit`; slot stores with a queue only, else ignored).
+        """
         log = LogStore(uri)
         store = resolve_slots(slots, log)
-        table = cls(log, store, None, retry_policy=retry_policy, app_id=app_id)
+        table = cls(log, store, None, retry_policy=retry_policy, app_id=app_id, group_commit=group_commit)
         table._snapshot = table._load(None)
         store.bind(table.key, table._snapshot.table_id)
         return table
@@ -349,9 +357,9 @@ class Table:
     def slots(self) -> SlotStore:
         return self.commitlog.slots
 
-    def latest_version(self) -> int:
+    def latest_version(self, claimed: int | None = None) -> int:
         """Latest version (see :meth:`CommitLog.latest_version`)."""
-        return self.commitlog.latest_version()
+        return self.commitlog.latest_version(claimed)
 
     def commits_between(self, first: int, last: int) -> list[Commit]:
         """Commits ``first..last`` (inclusive), from the log or the cache."""

@@ -60,6 +60,7 @@ from eventlog.errors import (
     SlotStoreError,
     TransactionStateError,
 )
+from eventlog.groupcommit import GroupCommitLoop, groupable
 from eventlog.isolation import IsolationLevel, effective_isolation_level
 from eventlog.merge import MergeBuilder
 from eventlog.pruning import data_schema, prune_files
@@ -397,6 +398,10 @@ class Transaction:
         if unused:
             delete_files(self.table.log.fs, self.table.log.root, unused)
 
+    def keep_files(self) -> None:
+        """The commit may still land (group commit): never delete the files it wrote."""
+        self._created = []
+
     def _cleanup_data_files(self) -> None:
         if self._created:
             delete_files(self.table.log.fs, self.table.log.root, self._created)
@@ -516,6 +521,8 @@ class _CommitLoop:
     def run(self) -> CommitResult:
         table, policy = self.table, self.policy
         log_store, slots, key = table.log, table.slots, table.key
+        if table.group_commit and groupable(self.summary, self.body):
+            return GroupCommitLoop(self).run()
         data = self._bytes()
         log_store.stage(self.staged_name, data)
         started = policy.clock()
@@ -541,12 +548,9 @@ class _CommitLoop:
                     # round trip fewer); a wrong guess only loses the claim.
                     latest = checked if attempts == 0 else table.latest_version()
                     if latest > checked:
-                        winners = table.commits_between(checked + 1, latest)
-                        for commit in winners:
-                            winner = WinningCommit.of(commit, self._winner_bitmaps(commit))
-                            self.summary = check_conflicts(self.summary, winner)
-                        data = self._rebuild_if_rebased(data)
-                        data = self._rebase_timestamp(winners, data)
+                        if self.check_winners(table.commits_between(checked + 1, latest)):
+                            data = self._bytes()
+                            log_store.stage(self.staged_name, data)
                         checked = latest
                     version = latest + 1
                     self.last_version = version
@@ -618,26 +622,35 @@ class _CommitLoop:
                 out[add.path] = file_deletes(fs, root, add)
         return out
 
-    def _rebuild_if_rebased(self, data: bytes) -> bytes:
-        """Row-level resolution may rewrite this commit's adds and removes: re-stage it."""
+    def check_winners(self, winners: Sequence[Commit]) -> bool:
+        """Conflict-check this commit against ``winners`` (ascending) and rebase it on them.
+
+        Raises the conflict; returns whether the commit's actions changed (row-level
+        resolution rewrote adds or removes, or the timestamp moved past a winner's), in
+        which case the caller re-stages it.
+        """
+        for commit in winners:
+            winner = WinningCommit.of(commit, self._winner_bitmaps(commit))
+            self.summary = check_conflicts(self.summary, winner)
+        rebuilt = self._rebuild_if_rebased()
+        return self._rebase_timestamp(winners) or rebuilt
+
+    def _rebuild_if_rebased(self) -> bool:
+        """Row-level resolution may rewrite this commit's adds and removes."""
         files = [a for a in self.body if isinstance(a, (AddFile, RemoveFile))]
         if files == [*self.summary.removes, *self.summary.adds]:
-            return data
+            return False
         others = [a for a in self.body if not isinstance(a, (AddFile, RemoveFile))]
         self.body = [*others, *self.summary.removes, *self.summary.adds]
-        data = self._bytes()
-        self.table.log.stage(self.staged_name, data)
-        return data
+        return True
 
-    def _rebase_timestamp(self, winners: Sequence[Commit], data: bytes) -> bytes:
+    def _rebase_timestamp(self, winners: Sequence[Commit]) -> bool:
         """Keep commit timestamps increasing with versions (what time travel relies on)."""
         latest_ts = max((c.timestamp or 0 for c in winners), default=0)
         if latest_ts < self.info.timestamp:
-            return data
+            return False
         self.info = dataclasses.replace(self.info, timestamp=latest_ts + 1)
-        data = self._bytes()
-        self.table.log.stage(self.staged_name, data)
-        return data
+        return True
 
     def _published(self, version: int, attempts: int, data: bytes) -> CommitResult | None:
         table = self.table

@@ -39,6 +39,10 @@ Honest non-guarantees:
   loss; the in-memory adapter survives neither.
 * An error other than False (e.g. :class:`SlotStoreUnavailableError`) means the outcome of
   that call is unknown: the caller must look the claim up (``find_txn``) before retrying.
+
+Waiting for the next version: :meth:`SlotStore.await_latest` blocks until ``latest``
+moves (group commit's followers wait on it). The default polls; the ZooKeeper adapter
+sets a watch and the in-memory adapter waits on a condition.
 """
 
 from __future__ import annotations
@@ -103,13 +107,23 @@ class SlotClaim:
     txn_id: str
     staged: str  # name of the staged commit file, relative to the table's log directory
     owner: Mapping[str, str] = field(default_factory=default_owner)
+    # Group commits: the transaction ids the slot's commit carries (``txn_id`` is the group's).
+    members: tuple[str, ...] = ()
+
+    def covers(self, txn_id: str) -> bool:
+        """Whether this claim commits transaction ``txn_id`` (itself or as a group member)."""
+        return txn_id == self.txn_id or txn_id in self.members
 
     def to_dict(self) -> dict[str, Any]:
-        return {"txn_id": self.txn_id, "staged": self.staged, "owner": dict(self.owner)}
+        out: dict[str, Any] = {"txn_id": self.txn_id, "staged": self.staged, "owner": dict(self.owner)}
+        if self.members:
+            out["members"] = list(self.members)
+        return out
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> SlotClaim:
-        return SlotClaim(str(d["txn_id"]), str(d["staged"]), dict(d.get("owner") or {}))
+        members = tuple(str(m) for m in d.get("members") or ())
+        return SlotClaim(str(d["txn_id"]), str(d["staged"]), dict(d.get("owner") or {}), members)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +166,7 @@ class SlotStore(ABC):
         """The version whose claim carries ``txn_id``, searching ``start..latest``; or None."""
         for version in range(self.latest(table), start - 1, -1):
             record = self.get(table, version)
-            if record is not None and record.claim.txn_id == txn_id:
+            if record is not None and record.claim.covers(txn_id):
                 return version
         return None
 
@@ -165,6 +179,18 @@ class SlotStore(ABC):
             if record is not None and (not incomplete_only or not record.complete):
                 out.append(record)
         return out
+
+    def await_latest(self, table: str, seen: int, timeout: float) -> int:
+        """Wait until ``latest(table) > seen`` or ``timeout`` seconds passed; return latest.
+
+        This default polls (every millisecond); adapters that can be notified override it.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            latest = self.latest(table)
+            if latest > seen or time.monotonic() >= deadline:
+                return latest
+            time.sleep(min(0.001, max(0.0, deadline - time.monotonic())))
 
     def sessions(self) -> dict[str, dict[str, str]]:
         """Live writer sessions and their owners, for stores that track them ({} otherwise)."""

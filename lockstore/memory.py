@@ -36,6 +36,7 @@ class InMemorySlotStore(SlotStore):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._claimed = threading.Condition(self._lock)  # notified on every claim
         self._slots: dict[str, dict[int, _Slot]] = {}
         self._latest: dict[str, int] = {}
         self._bindings: dict[str, str] = {}
@@ -62,12 +63,24 @@ class InMemorySlotStore(SlotStore):
             # max(): a claim below latest (the store does not forbid gaps) must not lower it.
             if version > self._latest.get(table, -1):
                 self._latest[table] = version
+            self._claimed.notify_all()
             return True
 
     def latest(self, table: str) -> int:
         """The highest claimed version of ``table``, or -1."""
         with self._lock:
             return self._latest.get(table, -1)
+
+    def await_latest(self, table: str, seen: int, timeout: float) -> int:
+        """Wait on the store's condition until a claim moves ``latest`` past ``seen``."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while (latest := self._latest.get(table, -1)) <= seen:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._claimed.wait(remaining)
+            return latest
 
     def get(self, table: str, version: int) -> SlotRecord | None:
         """The stored claim (a fresh copy) of ``version``, or None if it was never claimed."""

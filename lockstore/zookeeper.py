@@ -81,6 +81,7 @@ log = logging.getLogger("lockstore.zookeeper")
 DEFAULT_CHROOT = "/eventlog"
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_RETAIN = 1000
+MARK_FLUSH_SECONDS = 0.1  # completion marks of own claims are sent in batches this often
 # Errors meaning "the server may or may not have applied the request".
 _AMBIGUOUS = (ConnectionLoss, OperationTimeoutError, KazooTimeoutError, SessionExpiredError)
 
@@ -132,6 +133,8 @@ class ZooKeeperSlotStore(SlotStore):
         # no read (the slot znode is still at version 0 unless someone else completed it).
         self._own: dict[tuple[str, int], dict[str, Any]] = {}
         self._lock = threading.Lock()
+        self._pending_marks: dict[str, bytes] = {}  # slot path -> payload marked complete
+        self._flusher: threading.Thread | None = None
         self._closed = False
         self._client = client or KazooClient(
             hosts=hosts,
@@ -269,6 +272,26 @@ class ZooKeeperSlotStore(SlotStore):
     def latest(self, table: str) -> int:
         return self._read_counter(table)[0]
 
+    def await_latest(self, table: str, seen: int, timeout: float) -> int:
+        """A data watch on the counter: one read, then sleep until ZooKeeper notifies."""
+        path = f"{self._table_path(table)}/latest"
+        deadline = time.monotonic() + min(timeout, self.timeout)
+        while True:
+            changed = threading.Event()
+            self._await_session()
+            try:
+                data, stat = self._client.get_async(path, watch=_waker(changed)).get(timeout=self.timeout)
+            except NoNodeError:
+                return self.latest(table)
+            except _AMBIGUOUS as exc:
+                raise SlotStoreUnavailableError(f"watching the latest version of {table!r}: {exc!r}") from exc
+            latest = int(data.decode() or "-1")
+            with self._lock:
+                self._counter_versions[table] = (latest, stat.version)
+            remaining = deadline - time.monotonic()
+            if latest > seen or remaining <= 0 or not changed.wait(remaining):
+                return latest
+
     def claim(self, table: str, version: int, claim: SlotClaim) -> bool:
         if version < 0:
             raise ValueError(f"version must be >= 0, got {version}")
@@ -327,34 +350,40 @@ class ZooKeeperSlotStore(SlotStore):
     def get(self, table: str, version: int) -> SlotRecord | None:
         if version < 0:
             return None
+        path = self._slot_path(table, version)
         try:
-            data, _ = self._call("get", self._slot_path(table, version))
+            data, _ = self._call("get", path)
         except NoNodeError:
             return None
+        with self._lock:
+            data = self._pending_marks.get(path, data)
         return _record(version, data)
 
     def mark_complete(self, table: str, version: int) -> None:
         path = self._slot_path(table, version)
         with self._lock:
             own = self._own.pop((table, version), None)
+            if own is not None:
+                # Our own claim: completion is only a marker for operators (recovery keys
+                # on <N>.json existing, and repair completes stragglers), so it is not sent
+                # now: a background flush sends all pending marks of this handle in one
+                # multi-op every MARK_FLUSH_SECONDS (one quorum write instead of one per
+                # commit). This handle reports them complete at once.
+                own["complete"] = True
+                self._pending_marks[path] = json.dumps(own).encode()
+                if self._flusher is None:
+                    self._flusher = threading.Thread(target=self._flush_marks_loop, daemon=True)
+                    self._flusher.start()
         if own is not None:
-            # Our own claim: completion is only a marker for operators (recovery keys on
-            # <N>.json existing, and repair completes stragglers), so do not wait for the
-            # round trip. The slot znode is still at version 0 unless someone else completed
-            # it, in which case the conditional set fails harmlessly.
-            own["complete"] = True
-            request = self._client.set_async(path, json.dumps(own).encode(), version=0)
-            request.rawlink(_log_async_failure)
             self._prune(table, version)
             return
-        else:
-            try:
-                data, stat = self._call("get", path)
-            except NoNodeError as exc:
-                raise SlotNotClaimedError(table, version) from exc
-            body, zversion = json.loads(data), stat.version
-            if body.get("complete"):
-                return
+        try:
+            data, stat = self._call("get", path)
+        except NoNodeError as exc:
+            raise SlotNotClaimedError(table, version) from exc
+        body, zversion = json.loads(data), stat.version
+        if body.get("complete"):
+            return
         body["complete"] = True
         try:
             self._call("set", path, json.dumps(body).encode(), version=zversion)
@@ -363,6 +392,38 @@ class ZooKeeperSlotStore(SlotStore):
         except NoNodeError as exc:
             raise SlotNotClaimedError(table, version) from exc
         self._prune(table, version)
+
+    def _flush_marks_loop(self) -> None:
+        while not self._closed:
+            time.sleep(MARK_FLUSH_SECONDS)
+            self.flush_marks()
+
+    def flush_marks(self, timeout: float | None = None) -> None:
+        """Send the pending completion marks of this handle's own claims (one multi-op).
+
+        The slot znodes are still at version 0 unless another process completed them,
+        whose conditional set then fails harmlessly; a failed multi-op is retried one
+        set at a time. ``timeout``: wait for the writes (default: fire and forget).
+        """
+        with self._lock:
+            pending, self._pending_marks = self._pending_marks, {}
+        if not pending or (self._closed and timeout is None):
+            return
+        txn = self._client.transaction()
+        for path, data in pending.items():
+            txn.set_data(path, data, version=0)
+        request = txn.commit_async()
+
+        def fallback(result: Any) -> None:
+            failed = result.exception is not None or any(isinstance(r, Exception) for r in result.value)
+            if failed:  # one of them completed (or pruned) elsewhere: send the others alone
+                for path, data in pending.items():
+                    self._client.set_async(path, data, version=0).rawlink(_log_async_failure)
+
+        request.rawlink(fallback)
+        if timeout is not None:
+            with contextlib.suppress(Exception):  # best effort: repair completes stragglers
+                request.get(timeout=timeout)
 
     def _prune(self, table: str, version: int) -> None:
         """Drop the slot ``retain`` versions below a completed one (fire and forget).
@@ -378,7 +439,7 @@ class ZooKeeperSlotStore(SlotStore):
         latest = self.latest(table)
         for version in range(latest, max(start, latest - self.retain) - 1, -1):
             record = self.get(table, version)
-            if record is not None and record.claim.txn_id == txn_id:
+            if record is not None and record.claim.covers(txn_id):
                 return version
         return None
 
@@ -454,10 +515,21 @@ class ZooKeeperSlotStore(SlotStore):
     def close(self) -> None:
         if self._closed:
             return
+        with contextlib.suppress(KazooException, SlotStoreUnavailableError):
+            self.flush_marks(timeout=self.timeout)
         self._closed = True
         with contextlib.suppress(KazooException):
             self._client.stop()
         self._client.close()
+
+
+def _waker(event: threading.Event) -> Any:
+    """A watch callback that sets ``event`` (runs on kazoo's event thread)."""
+
+    def wake(_event: Any) -> None:
+        event.set()
+
+    return wake
 
 
 def _log_async_failure(request: Any) -> None:
