@@ -38,6 +38,7 @@ _COMMIT_CACHE_SIZE = 512
 # For slot stores that cannot tell whether a writer lives: how old a claim with a lost
 # staged file must be before it is repaired.
 REPAIR_GRACE_SECONDS = 300.0
+PUBLISH_GRACE_SECONDS = 0.02
 RECOVERY_MARK_AGE = 0.25  # a live owner publishes within milliseconds of its claim
 SlotsSpec = SlotStore | str | None
 
@@ -106,7 +107,9 @@ class CommitLog:
         with self._lock:
             published = self._published
         for version in range(published + 1, claimed + 1):
-            if not self.log.commit_exists(version):
+            if not self.log.commit_exists(version) and not (
+                version == claimed and self._published_soon(version)
+            ):
                 self._recover(version, hot=True)
         latest = max(claimed, published)
         # Commits written without a slot (another Delta writer, run sequentially).
@@ -115,6 +118,22 @@ class CommitLog:
         with self._lock:
             self._published = max(self._published, latest)
         return latest
+
+    def _published_soon(self, version: int) -> bool:
+        """Give the owner of the newest claim a moment to publish it before recovering it.
+
+        The claim and the publish are two steps, and readers woken by the claim (group
+        commit's members) would otherwise all race the owner to publish. Waits at most
+        ``PUBLISH_GRACE_SECONDS``, checking with a growing interval.
+        """
+        deadline = time.monotonic() + PUBLISH_GRACE_SECONDS
+        pause = 0.0002
+        while time.monotonic() < deadline:
+            time.sleep(pause)
+            if self.log.commit_exists(version):
+                return True
+            pause = min(pause * 2, 0.005)
+        return False
 
     def _recover(self, version: int, *, hot: bool = False) -> None:
         """Publish a claimed version whose writer has not (yet) done so, from its staged file.

@@ -249,7 +249,9 @@ class GroupCommitLoop:
         last_error: BaseException | None = None
         progress = policy.clock()  # when the latest version last moved (or we arrived)
         seen = self.checked
-        claimed: int | None = None  # the slot store's latest, when a wait just returned it
+        # The slot store's latest version when known without a round trip: a wait just
+        # returned it, or (first turn) the snapshot was just refreshed: guess nothing won.
+        claimed: int | None = self.checked
         try:
             while True:
                 try:

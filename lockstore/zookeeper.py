@@ -27,6 +27,11 @@ Slot state machine (one slot, version N)::
     COMPLETE --pruned when more than ``retain`` newer slots exist--> (absent, but below the
                counter, so no claim can recreate it)
 
+Completion marks of a handle's own claims are batched: one multi-op of conditional sets
+every ``MARK_FLUSH_SECONDS`` (and on close), instead of one write per commit; the handle
+reports them complete at once. Group commit's followers wait for the next claim with a
+data watch on ``latest`` (:meth:`ZooKeeperSlotStore.await_latest`).
+
 Sessions: slot znodes are persistent, so a claim stands once the multi-op returned, even if
 the writer's session is then lost; publishing needs no session and recovery is idempotent,
 so a commit completes exactly once. A ``ConnectionLoss`` *during* the multi-op leaves the
@@ -81,7 +86,7 @@ log = logging.getLogger("lockstore.zookeeper")
 DEFAULT_CHROOT = "/eventlog"
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_RETAIN = 1000
-MARK_FLUSH_SECONDS = 0.1  # completion marks of own claims are sent in batches this often
+MARK_FLUSH_SECONDS = 0.5  # completion marks of own claims are sent in batches this often
 # Errors meaning "the server may or may not have applied the request".
 _AMBIGUOUS = (ConnectionLoss, OperationTimeoutError, KazooTimeoutError, SessionExpiredError)
 
