@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from eventlog.actions import AddFile, CommitInfo, Metadata, Protocol, encode_commit
-from eventlog.datafiles import delete_files, file_stats, read_data_files, write_data_files
+from eventlog.datafiles import delete_files, dictionary_columns, file_stats, read_data_files, write_data_files
 from eventlog.errors import InvalidInputError, UnknownColumnError
 from eventlog.schema import (
     canonical_schema,
@@ -416,3 +416,26 @@ def test_deltalake_reads_our_files_and_stats(tmp_path: Path, partition_columns: 
             value = row[f"partition.{col}"]
             expected = by_path[row["path"]].partition_values[col]
             assert (None if value is None else str(value)) == expected
+
+
+def test_dictionary_encoding_only_where_values_repeat(tmp_path: Path) -> None:
+    n = 20_000
+    data = pa.table(
+        {
+            "id": pa.array(range(n), pa.int64()),
+            "country": pa.array([["de", "fr", "us"][i % 3] for i in range(n)]),
+            "sparse": pa.array([None] * n, pa.string()),
+        }
+    )
+    assert dictionary_columns(data) == ["country", "sparse"]
+    fs = fsspec.filesystem("file")
+    (add,) = write_data_files(fs, str(tmp_path), data, partition_columns=())
+    meta = pq.ParquetFile(tmp_path / unquote(add.path)).metadata.row_group(0)
+    encodings = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
+    assert "RLE_DICTIONARY" in encodings["country"]
+    assert "RLE_DICTIONARY" not in encodings["id"]
+    assert pq.read_table(tmp_path / unquote(add.path)).equals(data)
+    # Small inputs and nested schemas keep the encoder's default: dictionaries everywhere.
+    assert dictionary_columns(data.slice(0, 10)) is True
+    nested = pa.table({"id": pa.array(range(n)), "s": pa.array([{"x": i} for i in range(n)])})
+    assert dictionary_columns(nested) is True
