@@ -94,16 +94,17 @@ class QueuedName:
 
     @property
     def name(self) -> str:
-        return f"{QUEUE_PREFIX}{self.enqueued_ns:020d}-{self.checked:020d}-{self.txn_id}.json"
+        # checked + 1 keeps the field non-negative (a read version may be -1).
+        return f"{QUEUE_PREFIX}{self.enqueued_ns:020d}-{self.checked + 1:020d}-{self.txn_id}.json"
 
     @staticmethod
     def parse(name: str) -> QueuedName | None:
         if not name.startswith(QUEUE_PREFIX) or not name.endswith(".json"):
             return None
         parts = name[len(QUEUE_PREFIX) : -len(".json")].split("-", 2)
-        if len(parts) != 3 or not parts[0].isdigit() or not parts[1].lstrip("-").isdigit():
+        if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit() or not parts[2]:
             return None
-        return QueuedName(int(parts[0]), int(parts[1]), parts[2])
+        return QueuedName(int(parts[0]), int(parts[1]) - 1, parts[2])
 
 
 @dataclass(frozen=True)
@@ -282,9 +283,16 @@ class GroupCommitLoop:
             raise
         except CommitStateUnknownError:
             raise
+        except Exception as exc:
+            # Still queued, so a leader may yet carry (or already carried) this commit.
+            raise CommitStateUnknownError(
+                f"group commit of txn {self.txn_id} to {table.uri} failed while queued ({exc!r}); "
+                "another writer may still commit it: look its txn id up in the history before retrying",
+                txn_id=self.txn_id,
+                version=loop.last_version,
+            ) from exc
         except BaseException:
-            # Still queued, so a leader may yet carry this commit: keep its files.
-            loop.txn.keep_files()
+            loop.txn.keep_files()  # interrupted while queued: the commit may still land
             raise
 
     def _catch_up(self, latest: int) -> int | None:

@@ -3,20 +3,30 @@
 Invariants: versions are gapless 0..N; every acknowledged commit is in the log exactly
 once, at the version it was acknowledged with; no blind append ever failed; the table's
 contents equal a replay of the history (appends add their ids, deletes remove theirs).
+
+Group commit (``group_commit=True``): one version may carry several acknowledged blind
+appends (:func:`eventlog.groupcommit.member_txn_ids`), so a commit is "in the log" when
+its transaction id is among the txn ids its version carries; without group commit every
+version carries exactly one, and the checks are the plain one-commit-per-version ones.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import queue
 import random
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
-from eventlog import DeltaConcurrentModificationException, Table
+from eventlog import CommitResult, DeltaConcurrentModificationException, Table, Transaction
+from eventlog.commitlog import SlotsSpec
+from eventlog.groupcommit import QueuedName, member_txn_ids
 from eventlog.storage import LogStore
 
 SCHEMA = pa.schema([("id", pa.int64()), ("worker", pa.int64()), ("batch", pa.int64())])
@@ -36,19 +46,22 @@ def writer(
     ops: int,
     seed: int,
     out: Any,
-    slots: str | None = None,
+    slots: SlotsSpec = None,
     delete_share: float = 0.3,
     start: Any = None,
     retry_errors: tuple[type[BaseException], ...] = (),
+    group_commit: bool = False,
 ) -> None:
     """Blind appends of 3-row batches and deletes of this worker's own rows.
 
     Deletes retry on conflicts (a fresh snapshot each time). ``retry_errors``: other
     errors a commit may raise and be retried after (e.g. slot store outages in fault
-    tests); they are recorded in ``errors``.
+    tests); they are recorded in ``errors``. ``group_commit``: open the table with group
+    commit (the appends may share versions; deletes use the normal commit loop).
+    Runs in a process (``run_writers``) or a thread (``out`` is then a ``queue.Queue``).
     """
     rng = random.Random(seed)
-    table = Table.open(uri, slots=slots)
+    table = Table.open(uri, slots=slots, group_commit=group_commit)
     result = WriterResult(worker)
     mine: list[list[int]] = []
     if start is not None:
@@ -95,6 +108,7 @@ def run_writers(
     timeout: float = 240.0,
     during: Callable[[], None] | None = None,
     retry_errors: tuple[type[BaseException], ...] = (),
+    group_commit: bool = False,
 ) -> list[WriterResult]:
     """Run ``workers`` writer processes (spawned, started together); return their results."""
     ctx = mp.get_context("spawn")
@@ -104,7 +118,7 @@ def run_writers(
         ctx.Process(
             target=writer,
             args=(uri, w, ops, 1000 + w, queue, slots),
-            kwargs={"start": start, "retry_errors": retry_errors},
+            kwargs={"start": start, "retry_errors": retry_errors, "group_commit": group_commit},
         )
         for w in range(workers)
     ]
@@ -120,11 +134,86 @@ def run_writers(
     return results
 
 
+def run_writer_threads(
+    uri: str,
+    workers: int,
+    ops: int,
+    *,
+    slots: SlotsSpec = None,
+    delete_share: float = 0.3,
+    group_commit: bool = False,
+    timeout: float = 60.0,
+) -> list[WriterResult]:
+    """Run ``workers`` :func:`writer` threads of this process (started together)."""
+    out: queue.Queue[WriterResult] = queue.Queue()
+    start = threading.Event()
+    failures: list[BaseException] = []
+
+    def run(w: int) -> None:
+        try:
+            writer(uri, w, ops, 1000 + w, out, slots, delete_share, start, group_commit=group_commit)
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=run, args=(w,), name=f"writer-{w}") for w in range(workers)]
+    for t in threads:
+        t.start()
+    start.set()
+    for t in threads:
+        t.join(timeout=timeout)
+    assert not any(t.is_alive() for t in threads), "a writer thread hung"
+    assert not failures, f"writer threads failed: {failures!r}"
+    return [out.get_nowait() for _ in threads]
+
+
+def hold_until_queued(monkeypatch: pytest.MonkeyPatch, parties: int) -> None:
+    """Group commit: hold the first ``parties`` writers of this process right after each
+    queued its append, until all of them have. Every leader then sees every queued file,
+    so the first version granted carries all of them (deterministic grouping)."""
+    barrier = threading.Barrier(parties, timeout=20)
+    original = LogStore.stage
+    held = [0]
+    lock = threading.Lock()
+
+    def stage(self: LogStore, name: str, data: bytes, *, atomic: bool = False) -> None:
+        original(self, name, data, atomic=atomic)
+        if QueuedName.parse(name) is None:
+            return
+        with lock:
+            held[0] += 1
+            hold = held[0] <= parties
+        if hold:
+            barrier.wait()
+
+    monkeypatch.setattr(LogStore, "stage", stage)
+
+
+def commit_concurrently(
+    txns: Sequence[Transaction], timeout: float = 30.0
+) -> list[CommitResult | BaseException]:
+    """Commit each transaction in its own thread; each one's result or exception, in order."""
+    out: list[CommitResult | BaseException | None] = [None] * len(txns)
+
+    def run(i: int) -> None:
+        try:
+            out[i] = txns[i].commit()
+        except BaseException as exc:  # returned to the caller
+            out[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,), name=f"commit-{i}") for i in range(len(txns))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=timeout)
+    assert not any(t.is_alive() for t in threads), "a commit hung"
+    return [o for o in out if o is not None]
+
+
 def check_invariants(
     uri: str,
     acks: Sequence[dict[str, Any]],
     *,
-    slots: str | None = None,
+    slots: SlotsSpec = None,
     unacknowledged: int = 0,
 ) -> Table:
     """Assert the invariants (see the module docstring); return a fresh handle.
@@ -138,11 +227,17 @@ def check_invariants(
     table = Table.open(uri, slots=slots)
     assert table.version == versions[-1]
     history = {h["version"]: h for h in table.history()}
-    txn_ids = [h.get("txnId") for h in history.values()]
+    carried = {version: member_txn_ids(h) for version, h in history.items()}
+    txn_ids = [txn for txns in carried.values() for txn in txns]
     assert len(txn_ids) == len(set(txn_ids)), "a commit landed twice"
     for ack in acks:
-        assert history[ack["version"]]["txnId"] == ack["txn"], f"acknowledged commit missing: {ack}"
-    assert len(history) == len(acks) + 1 + unacknowledged  # + CREATE TABLE
+        assert ack["txn"] in carried[ack["version"]], f"acknowledged commit missing: {ack}"
+    acked_versions = {ack["version"] for ack in acks}
+    assert len(history) == len(acked_versions) + 1 + unacknowledged  # + CREATE TABLE
+    if not unacknowledged:
+        # Nothing landed that was not acknowledged (a group carries acknowledged appends only).
+        landed = {txn for version, txns in carried.items() if version > 0 for txn in txns}
+        assert landed == {ack["txn"] for ack in acks}, "a commit landed without an acknowledgement"
     expected: set[int] = set()
     for ack in sorted(acks, key=lambda a: a["version"]):
         if ack["kind"] == "append":
