@@ -24,8 +24,8 @@ Guarantees every adapter gives (each has a contract test in ``tests/lockstore``)
 * **Idempotent completion**: ``mark_complete`` may be called any number of times, by any
   process; it fails only if the slot was never claimed. The mark is for operators: the
   engine's recovery keys on ``<N>.json`` existing, never on the mark, so an adapter may
-  send it without waiting (the ZooKeeper adapter does, for the writer's own claims: the
-  mark is visible to other handles a round trip later).
+  defer it (the ZooKeeper adapter batches the marks of a handle's own claims into one
+  write every half second: other handles see them up to that much later).
 
 Honest non-guarantees:
 
