@@ -262,7 +262,7 @@ class GroupCommitLoop:
                     found = self._catch_up(latest)
                     if found is not None:
                         return self._done(found)
-                    if self._my_turn() or policy.clock() - progress >= LEAD_AFTER_SECONDS:
+                    if self._my_turn(latest) or policy.clock() - progress >= LEAD_AFTER_SECONDS:
                         result = self._lead(latest)
                         if result is not None:
                             return result
@@ -307,14 +307,33 @@ class GroupCommitLoop:
         self.checked = latest
         return None
 
-    def _my_turn(self) -> bool:
-        """Whether this writer's file is the oldest fresh one in the queue."""
+    def _my_turn(self, latest: int) -> bool:
+        """Whether this writer's file is the oldest pending one in the queue.
+
+        Older files that a commit up to ``latest`` already carries do not count: a leader
+        that died after its claim leaves its own file behind.
+        """
+        older = [q for q in self._fresh_queued(latest) if q.enqueued_ns < self.queued.enqueued_ns]
+        if not older:
+            return True
+        carried = self._carried(min(q.checked for q in older) + 1, latest)
+        return all(q.txn_id in carried for q in older)
+
+    def _fresh_queued(self, latest: int) -> list[QueuedName]:
+        """Queued files of other writers that may still join a version after ``latest``."""
         horizon = time.time_ns() - int(STALE_SECONDS * 1e9)
-        for name in self.table.log.list_staged():
-            queued = QueuedName.parse(name)
-            if queued is not None and horizon <= queued.enqueued_ns < self.queued.enqueued_ns:
-                return False
-        return True
+        return [
+            q
+            for q in (QueuedName.parse(n) for n in self.table.log.list_staged())
+            if q is not None
+            and q.txn_id != self.txn_id
+            and q.enqueued_ns >= horizon
+            and q.checked >= latest - MAX_LAG
+        ]
+
+    def _carried(self, first: int, last: int) -> set[str]:
+        """The transactions that the commits ``first..last`` carry."""
+        return {txn for c in self.table.commits_between(first, last) for txn in member_txn_ids(c.commit_info)}
 
     def _lead(self, latest: int) -> CommitResult | None:
         loop, table = self.loop, self.table
@@ -379,16 +398,7 @@ class GroupCommitLoop:
         loop, table = self.loop, self.table
         own_ids = frozenset(a.app_id for a in loop.body if isinstance(a, SetTransaction))
         members = [Member(self.queued, loop.info, tuple(loop.body), own_ids)]
-        horizon = time.time_ns() - int(STALE_SECONDS * 1e9)
-        queued = [
-            q
-            for q in (QueuedName.parse(n) for n in table.log.list_staged())
-            if q is not None
-            and q.txn_id != self.txn_id
-            and q.enqueued_ns >= horizon
-            and q.checked >= version - 1 - MAX_LAG
-        ]
-        queued.sort(key=lambda q: q.enqueued_ns)
+        queued = sorted(self._fresh_queued(version - 1), key=lambda q: q.enqueued_ns)
         queued = queued[: MAX_MEMBERS - 1]
         if not queued:
             return members
@@ -400,6 +410,8 @@ class GroupCommitLoop:
         used = set(own_ids)
         for q in queued:
             if q.txn_id in carried:
+                # Left behind by a leader that died after its claim; published, so unneeded.
+                table.log.delete_staged(q.name)
                 continue
             data = table.log.read_staged(q.name)
             member = parse_member(q, data) if data is not None else None

@@ -8,14 +8,18 @@ batched completion marks.
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
+import signal
 import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from eventlog import CommitResult, Table
+from eventlog import CommitResult, Table, groupcommit
 from eventlog.groupcommit import GROUP_FIELD, QueuedName, member_txn_ids
 from eventlog.storage import LogStore
 from lockstore import SlotClaim
@@ -105,6 +109,77 @@ def test_three_sessions_share_one_version(
     finally:
         for store in stores:
             store.close()
+
+
+def _queued(uri: str) -> list[QueuedName]:
+    return [q for q in (QueuedName.parse(n) for n in LogStore(uri).list_staged()) if q is not None]
+
+
+def _lead_then_die(uri: str, spec: str, members: int) -> None:
+    """Queue an append, lead a group of ``members`` others, claim, die before publishing."""
+    original = groupcommit.GroupCommitLoop._gather
+
+    def gather_once_all_queued(self: groupcommit.GroupCommitLoop, version: int) -> Any:
+        deadline = time.monotonic() + 30
+        while len(_queued(uri)) < members + 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return original(self, version)
+
+    def die(*args: Any, **kwargs: Any) -> bool:
+        os.kill(os.getpid(), signal.SIGKILL)
+        return False  # pragma: no cover - never reached
+
+    groupcommit.GroupCommitLoop._gather = gather_once_all_queued  # type: ignore[method-assign]
+    Table.publish_claimed = die  # type: ignore[method-assign]
+    Table.open(uri, slots=spec, group_commit=True).append(rows([424242]))
+
+
+def test_leader_killed_between_group_claim_and_publish(
+    tmp_path: Path, zk_hosts: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The leader's claim is the commit point of every member: when it dies before
+    publishing, the waiting members publish the group's commit from its staged file and
+    are acknowledged; nothing lands twice, and later groups do not carry it again."""
+    spec = _spec(zk_hosts)
+    uri = str(tmp_path / "t")
+    Table.create(uri, ROWS_SCHEMA, slots=spec)
+    # Members wait for the leader however long it takes (no leading after a timeout).
+    monkeypatch.setattr(groupcommit, "LEAD_AFTER_SECONDS", 30.0)
+    victim = mp.get_context("spawn").Process(target=_lead_then_die, args=(uri, spec, 2))
+    victim.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not _queued(uri) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (leader,) = _queued(uri)
+        txns = []
+        for i in (1, 2):
+            txn = Table.open(uri, slots=spec, group_commit=True).transaction()
+            txn.append(rows([i]))
+            txns.append(txn)
+        outcomes = commit_concurrently(txns, timeout=60)
+        victim.join(timeout=60)
+    finally:
+        if victim.is_alive():
+            victim.kill()
+    assert victim.exitcode == -signal.SIGKILL
+    assert [o.version if isinstance(o, CommitResult) else o for o in outcomes] == [1, 1]
+    table = Table.open(uri, slots=spec)
+    assert LogStore.commit_versions(LogStore(uri).list_log()) == [0, 1]
+    assert sorted(member_txn_ids(table.history(1)[0])) == sorted([leader.txn_id, *(t.txn_id for t in txns)])
+    assert sorted_ids(table) == [1, 2, 424242]
+    # The dead leader's own queued file is still there; a later group must not carry it again.
+    assert [q.txn_id for q in _queued(uri)] == [leader.txn_id]
+    started = time.monotonic()
+    later = Table.open(uri, slots=spec, group_commit=True).append(rows([3]))
+    assert later.version == 2
+    # It did not wait for the dead leader's file (members would wait up to 30 s here), and
+    # it removed that file: what it carried is published.
+    assert time.monotonic() - started < 10
+    assert _queued(uri) == []
+    carried = [t for h in Table.open(uri, slots=spec).history() for t in member_txn_ids(h)]
+    assert carried.count(leader.txn_id) == 1
+    assert sorted_ids(Table.open(uri, slots=spec)) == [1, 2, 3, 424242]
 
 
 def test_await_latest_is_woken_by_another_sessions_claim(zk_chroot: str) -> None:
