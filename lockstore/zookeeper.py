@@ -27,6 +27,10 @@ Slot state machine (one slot, version N)::
     COMPLETE --pruned when more than ``retain`` newer slots exist--> (absent, but below the
                counter, so no claim can recreate it)
 
+A group commit (``eventlog.groupcommit``) claims like any writer; its claim lists the
+members' transaction ids (``members``) and names the combined commit as its staged file,
+so every path above applies to it unchanged.
+
 Completion marks of a handle's own claims are batched: one multi-op of conditional sets
 every ``MARK_FLUSH_SECONDS`` (and on close), instead of one write per commit; the handle
 reports them complete at once. Group commit's followers wait for the next claim with a
