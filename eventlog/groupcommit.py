@@ -70,7 +70,7 @@ from eventlog.snapshot import Commit
 from lockstore import SlotClaim, SlotStoreUnavailableError, default_owner
 
 if TYPE_CHECKING:
-    from eventlog.transaction import CommitResult, _CommitLoop
+    from eventlog.commitloop import CommitLoop, CommitResult
 
 log = logging.getLogger("eventlog.commit")
 
@@ -231,7 +231,7 @@ def _sum_metrics(all_metrics: Iterable[Mapping[str, str]]) -> dict[str, str]:
 class GroupCommitLoop:
     """The commit loop of a groupable commit (see the module docstring)."""
 
-    def __init__(self, loop: _CommitLoop) -> None:
+    def __init__(self, loop: CommitLoop) -> None:
         self.loop = loop
         self.table = loop.table
         self.slots = loop.table.slots
@@ -422,7 +422,7 @@ class GroupCommitLoop:
         return members
 
     def _done(self, version: int) -> CommitResult:
-        from eventlog.transaction import CommitResult
+        from eventlog.commitloop import CommitResult
 
         loop = self.loop
         loop.table.log.delete_staged(loop.staged_name)

@@ -189,7 +189,7 @@ def test_groupable_rejects(change: dict[str, Any], body: list[Action]) -> None:
 
 
 def _summary_of(txn: Transaction) -> tuple[TransactionSummary, list[Action]]:
-    """What the commit loop decides on (mirrors ``_CommitLoop.__init__``)."""
+    """What the commit loop decides on (mirrors ``CommitLoop.__init__``)."""
     body, info, level = txn._prepare()
     return txn.summary(level, bool(info.is_blind_append)), body
 

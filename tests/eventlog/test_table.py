@@ -269,10 +269,10 @@ def test_claimed_but_unpublished_slot_is_recovered_by_readers(local_uri: str) ->
     dead = Table.open(local_uri).transaction()
     dead.append(rows([2]))
     # Do what the commit loop does up to the claim, then "crash".
-    from eventlog.transaction import _CommitLoop
+    from eventlog.commitloop import CommitLoop
 
     body, info, level = dead._prepare()
-    loop = _CommitLoop(dead, body, info, level)
+    loop = CommitLoop(dead, body, info, level)
     data = loop._bytes()
     t.log.stage(loop.staged_name, data)
     slots = LocalFileSlotStore(os.path.join(local_uri, "_eventlog", "slots"))
