@@ -33,6 +33,8 @@ Options (case-insensitive):
 ``txnAppId`` + ``txnVersion``  write: idempotent writes (a version already committed for
                               the app id is skipped)
 ``userMetadata``              write: stored in the commit's ``commitInfo``
+``groupCommit``               append: ``true`` lets the commit share its version with
+                              concurrent blind appends (:mod:`eventlog.groupcommit`)
 ============================  ==========================================================
 """
 

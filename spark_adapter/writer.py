@@ -74,6 +74,7 @@ class WritePlan:
     user_metadata: str | None
     target_file_size: int
     skip: bool  # an idempotent write whose (txnAppId, txnVersion) is already committed
+    group_commit: bool = False  # a blind append may share its version (eventlog.groupcommit)
 
     @property
     def schema(self) -> pa.Schema:
@@ -134,6 +135,7 @@ def plan_write(options: Any, spark_schema: StructType, overwrite: bool) -> Write
         user_metadata=option(options, "userMetadata"),
         target_file_size=int(props.get(TARGET_FILE_SIZE_KEY, DEFAULT_TARGET_FILE_SIZE)),
         skip=skip,
+        group_commit=option_bool(options, "groupCommit"),
     )
 
 
@@ -269,7 +271,7 @@ class EventlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
         """A transaction reading the planned version (a new table: creating version 0)."""
         plan = self.plan
         if plan.read_version >= 0:
-            table = Table.open(plan.uri, slots=plan.slots)
+            table = Table.open(plan.uri, slots=plan.slots, group_commit=plan.group_commit)
             return Transaction(table, table.snapshot(plan.read_version))
         # The path held no table at planning: this commit creates it, with the data, as
         # version 0. A writer that created it meanwhile wins; we get ProtocolChangedException
