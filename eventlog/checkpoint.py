@@ -342,7 +342,7 @@ def find_latest_checkpoint(
         except FileNotFoundError:
             return None
     best: int | None = None
-    for entry in listing:
+    for entry in [e for e in listing if ".checkpoint." in e]:  # a cheap filter before the regex
         match = _CHECKPOINT_RE.match(entry.rstrip("/").rpartition("/")[2])
         if match is None:
             continue

@@ -100,6 +100,18 @@ class LogStore:
         versions.sort()
         return versions
 
+    @staticmethod
+    def commit_version_bounds(names: Sequence[str]) -> tuple[int, int] | None:
+        """(first, last) commit version among ``names`` (base names), or None.
+
+        Zero-padded names sort like their versions, so no name is parsed but two: opening
+        a table with a long log lists thousands of them.
+        """
+        commits = [n for n in names if len(n) == 25 and n[20:] == ".json" and n[:20].isdigit()]
+        if not commits:
+            return None
+        return int(min(commits)[:20]), int(max(commits)[:20])
+
     def read_commit(self, version: int) -> bytes | None:
         """The bytes of ``<version>.json``, or None when it is not published."""
         path = self.commit_path(version)

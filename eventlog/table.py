@@ -287,7 +287,7 @@ class Table:
     def _load(self, version: int | None) -> Snapshot:
         """Replay the log (from the newest usable checkpoint) up to ``version``/latest."""
         names = self.log.list_log()
-        listed = LogStore.commit_versions(names)
+        listed = LogStore.commit_version_bounds(names)
         if listed:
             # The listing proves these versions are published: no per-version check needed.
             self.commitlog.note_listed(listed[-1])

@@ -31,6 +31,7 @@ from eventlog.errors import (
     MergeCardinalityError,
     VersionNotFoundError,
 )
+from eventlog.storage import LogStore
 from lockstore import LocalFileSlotStore, SlotClaim
 from tests.conftest import SCHEMA, rows, sorted_ids
 
@@ -349,3 +350,23 @@ def test_claimed_slot_with_lost_staged_file_is_repaired_once_the_writer_is_gone(
     assert slots.get(t.key, 2).complete  # type: ignore[union-attr]
     t.append(rows([3]))
     assert sorted_ids(t) == [1, 3] and t.version == 3
+
+
+def test_commit_version_bounds_of_a_log_listing() -> None:
+    names = [
+        "00000000000000000007.json",
+        "00000000000000000005.checkpoint.parquet",
+        "_last_checkpoint",
+        "00000000000000000012.json",
+        "00000000000000000005.json",
+        "00000000000000000006.crc",
+        "_staged_commits",
+        "0000000000000000000x.json",
+        ".00000000000000000013.json.tmp",
+    ]
+    assert LogStore.commit_version_bounds(names) == (5, 12)
+    assert LogStore.commit_version_bounds(names) == (
+        LogStore.commit_versions(names)[0],
+        LogStore.commit_versions(names)[-1],
+    )
+    assert LogStore.commit_version_bounds(["_last_checkpoint", "_staged_commits"]) is None
