@@ -119,7 +119,10 @@ def test_session_expires_in_the_middle_of_a_commit(
     store.close()
 
 
-def test_killing_the_leader_while_four_processes_commit(tmp_path: Path, zk_ensemble: Any) -> None:
+@pytest.mark.parametrize("group_commit", [False, True], ids=["own-slots", "group-commit"])
+def test_killing_the_leader_while_four_processes_commit(
+    tmp_path: Path, zk_ensemble: Any, group_commit: bool
+) -> None:
     spec = _spec(zk_ensemble.hosts)
     uri = str(tmp_path / "t")
     Table.create(uri, SCHEMA, slots=spec)
@@ -132,7 +135,9 @@ def test_killing_the_leader_while_four_processes_commit(tmp_path: Path, zk_ensem
         killed.append(leader)
 
     try:
-        results = run_writers(uri, workers=4, ops=30, slots=spec, during=kill_leader)
+        results = run_writers(
+            uri, workers=4, ops=30, slots=spec, during=kill_leader, group_commit=group_commit
+        )
     finally:
         for node in killed:
             zk_ensemble.restart(node)
