@@ -32,7 +32,11 @@ winner since the member's ``checked`` version changed the protocol or metadata o
 one of its app ids, or when its app ids overlap another member's. Such a member then
 finds the conflict itself, with the full checker, and raises it. Raising is safe while
 its file is still queued: a leader could only carry it at a version at or below the
-conflicting winner, and every such version is already taken.
+conflicting winner, and every such version is already taken. Any other way out (retry
+budget spent, an unexpected error) raises ``CommitStateUnknownError`` after withdrawing
+the queued file, unless a claim of the writer's own is in doubt (then the file is the
+staged commit recovery needs): afterwards only a leader claiming at that very moment can
+still carry the append.
 
 The combined commit has one ``commitInfo`` whose ``eventlog.groupCommit`` field lists every
 member's own commit info (transaction id, operation, metrics, user metadata), so
@@ -41,6 +45,7 @@ auditors see each acknowledged append; Delta readers ignore the field.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -63,7 +68,6 @@ from eventlog.conflicts import TransactionSummary, WinningCommit
 from eventlog.errors import (
     CommitStateUnknownError,
     DeltaConcurrentModificationException,
-    EventlogError,
     SlotStoreError,
 )
 from eventlog.snapshot import Commit
@@ -240,6 +244,7 @@ class GroupCommitLoop:
         self.checked = loop.txn.read_version
         self.queued = QueuedName(time.time_ns(), self.checked, self.txn_id)
         self.attempts = 0
+        self.doubt_version: int | None = None  # a claim of ours whose outcome is not known yet
 
     def run(self) -> CommitResult:
         loop, policy, table = self.loop, self.loop.policy, self.table
@@ -262,6 +267,8 @@ class GroupCommitLoop:
                     found = self._catch_up(latest)
                     if found is not None:
                         return self._done(found)
+                    if self.doubt_version is not None and latest >= self.doubt_version:
+                        self.doubt_version = None  # read past it without finding us: it did not land
                     if self._my_turn(latest) or policy.clock() - progress >= LEAD_AFTER_SECONDS:
                         result = self._lead(latest)
                         if result is not None:
@@ -274,7 +281,9 @@ class GroupCommitLoop:
                     last_error = exc
                     log.warning("slot store unavailable during group commit of %s: %s", self.txn_id, exc)
                 if policy.exhausted(max(self.attempts, 1), started):
-                    raise self._give_up(started, last_error) from last_error
+                    elapsed = (policy.clock() - started) * 1000
+                    reason = f"gave up after {elapsed:.0f} ms ({last_error or 'no version granted'})"
+                    raise self._unknown(reason) from last_error
                 if last_error is not None:
                     policy.sleep(policy.delay(max(self.attempts, 1)))
                     last_error = None
@@ -284,13 +293,8 @@ class GroupCommitLoop:
         except CommitStateUnknownError:
             raise
         except Exception as exc:
-            # Still queued, so a leader may yet carry (or already carried) this commit.
-            raise CommitStateUnknownError(
-                f"group commit of txn {self.txn_id} to {table.uri} failed while queued ({exc!r}); "
-                "another writer may still commit it: look its txn id up in the history before retrying",
-                txn_id=self.txn_id,
-                version=loop.last_version,
-            ) from exc
+            # A leader may have carried this commit already: the outcome is unknown.
+            raise self._unknown(f"failed while queued ({exc!r})") from exc
         except BaseException:
             loop.txn.keep_files()  # interrupted while queued: the commit may still land
             raise
@@ -388,7 +392,9 @@ class GroupCommitLoop:
 
     def _after_unknown_claim(self, version: int, claim: SlotClaim) -> CommitResult | None:
         """The claim's outcome is unknown: look it up before anything else happens."""
+        self.doubt_version = version  # until the lookup, or a later catch-up, answers
         found = self.slots.find_txn(self.key, claim.txn_id, version)
+        self.doubt_version = None
         if found is None:
             raise SlotStoreUnavailableError(f"claim of version {version} failed; nothing was claimed")
         return self._done(found) if self.table.latest_version() >= found else None
@@ -431,13 +437,27 @@ class GroupCommitLoop:
         metrics = dict(info.operation_metrics)
         return CommitResult(version, max(self.attempts, 1), info.operation, metrics, self.txn_id)
 
-    def _give_up(self, started: float, last_error: BaseException | None) -> EventlogError:
-        """The budget ran out while queued: a leader may still carry this commit."""
-        elapsed = (self.loop.policy.clock() - started) * 1000
+    def _unknown(self, reason: str) -> CommitStateUnknownError:
+        """Leaving without knowing the outcome: withdraw from the queue if that is safe.
+
+        A leader may already have carried this commit, so the outcome stays unknown. But
+        unless a claim of this writer's own is in doubt (its staged file is the queued file,
+        which recovery would need), the queued file is deleted: no later leader can carry
+        the commit, only one that read the file already and is claiming right now.
+        """
+        withdrawn = False
+        if self.doubt_version is None:
+            with contextlib.suppress(OSError):  # best effort: the error raised says what is known
+                self.table.log.delete_staged(self.loop.staged_name)
+                withdrawn = True
+        after = (
+            "it was withdrawn from the queue, so only a leader claiming at this moment can still carry it"
+            if withdrawn
+            else "its own claim may have landed"
+        )
         return CommitStateUnknownError(
-            f"group commit of txn {self.txn_id} to {self.table.uri} gave up after {elapsed:.0f} ms "
-            f"({last_error or 'no version granted'}); it stays queued and may still be committed by "
-            "another writer (look its txn id up in the history)",
+            f"group commit of txn {self.txn_id} to {self.table.uri} {reason}; {after}: look its txn id "
+            "up in the history before retrying",
             txn_id=self.txn_id,
             version=self.loop.last_version,
         )

@@ -51,6 +51,7 @@ from eventlog.groupcommit import (
     parse_member,
 )
 from eventlog.isolation import IsolationLevel
+from eventlog.retry import RetryPolicy
 from eventlog.schema import to_spark_schema_json
 from eventlog.snapshot import Commit
 from eventlog.storage import LogStore
@@ -798,3 +799,36 @@ def test_await_latest_returns_on_a_claim_or_after_the_timeout(store: SlotStore) 
         assert time.monotonic() - started < 5.0  # woken by the claim, not the timeout
     finally:
         claimer.join(timeout=10)
+
+
+class _RefusingStore(InMemorySlotStore):
+    """Every claim is taken while ``refuse`` is set (as under endless contention)."""
+
+    refuse = True
+
+    def claim(self, table: str, version: int, claim: SlotClaim) -> bool:
+        return False if self.refuse else super().claim(table, version, claim)
+
+
+def test_giving_up_while_queued_withdraws_the_queued_file(local_uri: str) -> None:
+    """Out of budget without knowing the outcome: CommitStateUnknownError, and the queued
+    file is withdrawn so that no later leader can carry the append."""
+    store = _RefusingStore()
+    store.refuse = False
+    Table.create(local_uri, SCHEMA, slots=store)
+    store.refuse = True
+    policy = RetryPolicy(max_attempts=5, max_duration=5.0)
+    table = Table.open(local_uri, slots=store, retry_policy=policy, group_commit=True)
+    txn = table.transaction()
+    txn.append(rows([1]))
+    with pytest.raises(CommitStateUnknownError, match="withdrawn from the queue") as info:
+        txn.commit()
+    assert info.value.txn_id == txn.txn_id
+    assert [n for n in LogStore(local_uri).list_staged() if QueuedName.parse(n)] == []
+    assert Table.open(local_uri, slots=store).version == 0
+    store.refuse = False
+    later = Table.open(local_uri, slots=store, group_commit=True).append(rows([2]))
+    assert later.version == 1
+    reopened = Table.open(local_uri, slots=store)
+    assert member_txn_ids(reopened.history(1)[0]) == [later.txn_id]
+    assert sorted_ids(reopened) == [2]
