@@ -5,17 +5,20 @@ Three parts, all against real ZooKeeper servers started by this script on loopba
 ``forceSync=yes``), and all stopped again before it exits, also on failure:
 
 1. **Small appends** -- 1 writer and 4 processes of 1-row blind appends, each run on a fresh
-   table, in four configurations (interleaved, so drift in machine load hits all alike):
+   table, in five configurations (interleaved, so drift in machine load hits all alike):
 
    * ``embedded``      -- ``Table.append``, default embedded (local-file) slot store
    * ``zk-standalone`` -- ``Table.append`` with ``slots="zk://<standalone>/<fresh chroot>"``
    * ``zk-ensemble``   -- ``Table.append`` with ``slots="zk://<3 nodes>/<fresh chroot>"``
+   * ``zk-ensemble-group`` -- the same through the ensemble with ``group_commit=True``
+     (concurrent appends may share a version: commits/s counts acknowledged appends)
    * ``deltalake``     -- ``deltalake.write_deltalake(path, batch, mode="append")``
 
    Writers are "spawn" processes released together by a barrier; throughput = successful
    appends / (last writer's end - first writer's start). Any exception from an append is a
-   failed append. After each of our runs the table must be at version == appends and hold
-   one row per append (asserted). Targets: 4 processes through the ensemble reach >= 10x
+   failed append. After each of our runs the table must hold one row per append, be at
+   version == appends (<= with group commit), and carry exactly the acknowledged
+   transaction ids, each once (asserted). Targets: 4 processes through the ensemble reach >= 10x
    deltalake's commits/s and >= 0.5x the embedded store's, with no failed append.
 
 2. **Claim strategies** -- plain kazoo against the ensemble, 4 processes each taking
