@@ -6,7 +6,9 @@ than the retention (a writer may have written it and not committed yet). Deletio
 files follow the file they belong to. ``_delta_log``, ``_eventlog`` and every other name
 starting with ``_`` or ``.`` are never touched, except partition directories (Delta's rule).
 A retention shorter than the table's (``delta.deletedFileRetentionDuration``, one week by
-default) is refused unless the caller turns the check off, as in Delta.
+default) is refused unless the caller turns the check off, as in Delta. Staged commits
+(``_delta_log/_staged_commits``) older than the retention were abandoned by writers that
+died, and are deleted too (:func:`abandoned_staged_commits`).
 
 :func:`vacuum` runs in one process; :func:`sweep` is the part an engine (Spark) may run
 in parallel over :func:`top_level_entries`.
@@ -27,7 +29,7 @@ from eventlog.datafiles import escape_path_name
 from eventlog.errors import CorruptLogError, InvalidInputError
 from eventlog.operations import DEFAULT_DELETED_FILE_RETENTION, DELETED_FILE_RETENTION_KEY, parse_interval_ms
 from eventlog.snapshot import Snapshot
-from eventlog.storage import file_mtime_ms
+from eventlog.storage import LOG_DIR, STAGED_DIR, file_mtime_ms
 from eventlog.transaction import dv_relative_path
 
 if TYPE_CHECKING:
@@ -136,6 +138,33 @@ def sweep(
             yield rel
 
 
+def abandoned_staged_commits(table: Table, horizon: int, dry_run: bool) -> list[str]:
+    """Delete (or list) staged commits older than ``horizon``; their table-relative paths.
+
+    Writers delete their staged commit once it is published or provably not committed, so
+    an old one was left by a writer that died (or a group-commit leader that died after
+    publishing). Call after ``table.refresh()``: that publishes every claimed version whose
+    writer did not, so no claim up to the latest version still needs its staged file, and a
+    claim made later names a file younger than ``horizon``.
+    """
+    log = table.log
+    try:
+        entries = log.fs.ls(log.staged_dir, detail=True)
+    except FileNotFoundError:
+        return []
+    out: list[str] = []
+    for entry in entries:
+        name = entry["name"].rsplit("/", 1)[-1]
+        mtime = file_mtime_ms(entry)
+        if entry.get("type") == "directory" or mtime is None or mtime >= horizon:
+            continue
+        if not dry_run:
+            with contextlib.suppress(FileNotFoundError):  # its writer cleaned up meanwhile
+                log.fs.rm_file(entry["name"])
+        out.append(f"{LOG_DIR}/{STAGED_DIR}/{name}")
+    return out
+
+
 def vacuum(
     table: Table,
     retention_hours: float | None = None,
@@ -143,11 +172,13 @@ def vacuum(
     dry_run: bool = False,
     enforce_retention: bool = True,
 ) -> list[str]:
-    """Delete data files no version within the retention references; their URIs, sorted."""
+    """Delete data files no version within the retention references, and abandoned staged
+    commits older than the retention; their URIs, sorted."""
     snap = table.refresh()
     horizon = int(time.time() * 1000) - retention_ms(snap, retention_hours, enforce=enforce_retention)
     keep = referenced_files(table, horizon)
     fs, root = table.log.fs, table.log.root
     entries = top_level_entries(fs, root, snap.partition_columns)
-    deleted = sweep(fs, root, entries, snap.partition_columns, keep, horizon, dry_run)
+    deleted = [*sweep(fs, root, entries, snap.partition_columns, keep, horizon, dry_run)]
+    deleted += abandoned_staged_commits(table, horizon, dry_run)
     return sorted(f"{table.uri}/{rel}" for rel in deleted)

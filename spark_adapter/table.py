@@ -34,7 +34,14 @@ from eventlog import Table
 from eventlog.errors import InvalidInputError
 from eventlog.storage import normalize_uri
 from eventlog.transaction import CommitResult
-from eventlog.vacuum import RETENTION_CHECK_CONF, referenced_files, retention_ms, sweep, top_level_entries
+from eventlog.vacuum import (
+    RETENTION_CHECK_CONF,
+    abandoned_staged_commits,
+    referenced_files,
+    retention_ms,
+    sweep,
+    top_level_entries,
+)
 from lockstore import SlotStore
 from spark_adapter.dml import PendingCommit, plan_delete, plan_optimize, plan_update
 from spark_adapter.merge import SparkMergeBuilder
@@ -148,7 +155,8 @@ class EventlogTable:
     # ------------------------------------------------------------------ vacuum
 
     def vacuum(self, retentionHours: float | None = None, *, dryRun: bool = False) -> list[str]:
-        """Delete data files no version within the retention references; returns their paths.
+        """Delete data files no version within the retention references (and abandoned
+        staged commits older than the retention); returns their paths.
 
         The rules are the engine's (:mod:`eventlog.vacuum`); Spark only spreads the listing
         and deletion of the table's top-level entries over tasks. A retention shorter than
@@ -160,10 +168,11 @@ class EventlogTable:
         horizon = int(time.time() * 1000) - retention_ms(snap, retentionHours, enforce=enforce)
         valid = referenced_files(self._table, horizon)
         fs, root, canonical = normalize_uri(self._table.uri)
+        staged = abandoned_staged_commits(self._table, horizon, dryRun)  # few: on the driver
         parts = snap.partition_columns
         entries = top_level_entries(fs, root, parts)
         if not entries:
-            return []
+            return sorted(f"{canonical}/{rel}" for rel in staged)
         sc = self._spark.sparkContext
         valid_bc = sc.broadcast(frozenset(valid))
         try:
@@ -172,7 +181,7 @@ class EventlogTable:
             deleted = sc.parallelize(entries, slices).mapPartitions(task).collect()
         finally:
             valid_bc.unpersist()
-        return sorted(f"{canonical}/{rel}" for rel in deleted)
+        return sorted(f"{canonical}/{rel}" for rel in [*deleted, *staged])
 
 
 def _vacuum_task(
