@@ -7,9 +7,11 @@ to :class:`eventlog.groupcommit.GroupCommitLoop`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from pyroaring import AbstractBitMap64
@@ -45,6 +47,29 @@ class CommitResult:
     metrics: Mapping[str, str]
     txn_id: str = ""
     skipped: bool = False  # an idempotent write whose app version was already committed
+    # Where the commit's time went, in ms: "stage", "check" (reading and conflict-checking
+    # winners), "claim", "publish", "backoff"; with group commit also "wait" (queued) and
+    # "gather"; "total" from staging to the result.
+    timings: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+
+class PhaseTimer:
+    """Milliseconds spent per phase of one commit (see ``CommitResult.timings``)."""
+
+    def __init__(self) -> None:
+        self.ms: dict[str, float] = {}
+        self._started = time.perf_counter()
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.ms[name] = self.ms.get(name, 0.0) + (time.perf_counter() - t0) * 1000
+
+    def result(self) -> dict[str, float]:
+        return {**self.ms, "total": (time.perf_counter() - self._started) * 1000}
 
 
 class CommitLoop:
@@ -59,6 +84,7 @@ class CommitLoop:
         self.staged_name = f"{txn.txn_id}.json"
         self.policy = self.table.retry_policy
         self.last_version = txn.read_version + 1
+        self.timer = PhaseTimer()
 
     def _bytes(self) -> bytes:
         return encode_commit([self.info, *self.body])
@@ -68,8 +94,10 @@ class CommitLoop:
         log_store, slots, key = table.log, table.slots, table.key
         if table.group_commit and groupable(self.summary, self.body):
             return GroupCommitLoop(self).run()
+        timer = self.timer
         data = self._bytes()
-        log_store.stage(self.staged_name, data)
+        with timer.phase("stage"):
+            log_store.stage(self.staged_name, data)
         started = policy.clock()
         checked = self.txn.read_version
         attempts = 0
@@ -93,17 +121,21 @@ class CommitLoop:
                     # round trip fewer); a wrong guess only loses the claim.
                     latest = checked if attempts == 0 else table.latest_version()
                     if latest > checked:
-                        if self.check_winners(table.commits_between(checked + 1, latest)):
+                        with timer.phase("check"):
+                            rebased = self.check_winners(table.commits_between(checked + 1, latest))
+                        if rebased:
                             data = self._bytes()
-                            log_store.stage(self.staged_name, data)
+                            with timer.phase("stage"):
+                                log_store.stage(self.staged_name, data)
                         checked = latest
                     version = latest + 1
                     self.last_version = version
                     attempts += 1
                     try:
-                        granted = slots.claim(
-                            key, version, SlotClaim(self.txn.txn_id, self.staged_name, owner)
-                        )
+                        with timer.phase("claim"):
+                            granted = slots.claim(
+                                key, version, SlotClaim(self.txn.txn_id, self.staged_name, owner)
+                            )
                     except SlotStoreUnavailableError:
                         unknown = version
                         raise
@@ -120,7 +152,8 @@ class CommitLoop:
                     log.warning("slot store unavailable during commit of txn %s: %s", self.txn.txn_id, exc)
                 if policy.exhausted(max(attempts, 1), started):
                     raise self._exhausted(attempts, started, unknown, last_error) from last_error
-                policy.sleep(policy.delay(max(attempts, 1)))
+                with timer.phase("backoff"):
+                    policy.sleep(policy.delay(max(attempts, 1)))
         except (DeltaConcurrentModificationException, CommitFailedError, SlotStoreError):
             # Nothing was claimed: the commit provably did not land.
             log_store.delete_staged(self.staged_name)
@@ -199,12 +232,19 @@ class CommitLoop:
 
     def _published(self, version: int, attempts: int, data: bytes) -> CommitResult | None:
         table = self.table
-        if not table.publish_claimed(version, self.staged_name, data, self.txn.txn_id):
+        with self.timer.phase("publish"):
+            published = table.publish_claimed(version, self.staged_name, data, self.txn.txn_id)
+        if not published:
             return None  # a writer outside the slot store took this version: retry above it
         table.log.delete_staged(self.staged_name)
         self.txn.drop_unreferenced(self.summary.adds)
         commit = Commit(version, (self.info, *self.body))
         table.note_committed(commit)
+        return self.result(version, attempts)
+
+    def result(self, version: int, attempts: int) -> CommitResult:
+        info = self.info
+        metrics = dict(info.operation_metrics)
         return CommitResult(
-            version, attempts, self.info.operation, dict(self.info.operation_metrics), self.txn.txn_id
+            version, attempts, info.operation, metrics, self.txn.txn_id, timings=self.timer.result()
         )

@@ -250,7 +250,9 @@ class GroupCommitLoop:
         loop, policy, table = self.loop, self.loop.policy, self.table
         # The queued file is also this writer's staged commit (what its own claims name).
         loop.staged_name = self.queued.name
-        table.log.stage(loop.staged_name, loop._bytes(), atomic=True)
+        timer = loop.timer
+        with timer.phase("stage"):
+            table.log.stage(loop.staged_name, loop._bytes(), atomic=True)
         started = policy.clock()
         last_error: BaseException | None = None
         progress = policy.clock()  # when the latest version last moved (or we arrived)
@@ -264,7 +266,8 @@ class GroupCommitLoop:
                     latest, claimed = table.latest_version(claimed), None
                     if latest > seen:
                         seen, progress = latest, policy.clock()
-                    found = self._catch_up(latest)
+                    with timer.phase("check"):
+                        found = self._catch_up(latest)
                     if found is not None:
                         return self._done(found)
                     if self.doubt_version is not None and latest >= self.doubt_version:
@@ -275,7 +278,8 @@ class GroupCommitLoop:
                             return result
                         progress = policy.clock()
                     else:
-                        claimed = self.slots.await_latest(self.key, latest, LEAD_AFTER_SECONDS)
+                        with timer.phase("wait"):
+                            claimed = self.slots.await_latest(self.key, latest, LEAD_AFTER_SECONDS)
                         continue
                 except (SlotStoreError, SlotStoreUnavailableError) as exc:
                     last_error = exc
@@ -285,7 +289,8 @@ class GroupCommitLoop:
                     reason = f"gave up after {elapsed:.0f} ms ({last_error or 'no version granted'})"
                     raise self._unknown(reason) from last_error
                 if last_error is not None:
-                    policy.sleep(policy.delay(max(self.attempts, 1)))
+                    with timer.phase("backoff"):
+                        policy.sleep(policy.delay(max(self.attempts, 1)))
                     last_error = None
         except DeltaConcurrentModificationException:
             table.log.delete_staged(loop.staged_name)  # safe: see the module docstring
@@ -343,7 +348,8 @@ class GroupCommitLoop:
         loop, table = self.loop, self.table
         version = latest + 1
         loop.last_version = version
-        members = self._gather(version)
+        with loop.timer.phase("gather"):
+            members = self._gather(version)
         self.attempts += 1
         if len(members) == 1:
             actions: list[Action] = [loop.info, *loop.body]
@@ -368,7 +374,8 @@ class GroupCommitLoop:
             claim = SlotClaim(group_id, f"group-{group_id}.json", default_owner(table.app_id), ids)
             table.log.stage(claim.staged, data)
         try:
-            granted = self.slots.claim(self.key, version, claim)
+            with loop.timer.phase("claim"):
+                granted = self.slots.claim(self.key, version, claim)
         except SlotStoreUnavailableError:
             return self._after_unknown_claim(version, claim)
         if not granted:
@@ -381,7 +388,9 @@ class GroupCommitLoop:
         self, version: int, claim: SlotClaim, data: bytes, actions: list[Action], members: Sequence[Member]
     ) -> CommitResult | None:
         table = self.table
-        if not table.publish_claimed(version, claim.staged, data, claim.txn_id):
+        with self.loop.timer.phase("publish"):
+            published = table.publish_claimed(version, claim.staged, data, claim.txn_id)
+        if not published:
             return None  # a writer outside the slot store took the version: go again
         for member in members[1:]:
             table.log.delete_staged(member.queued.name)
@@ -428,14 +437,10 @@ class GroupCommitLoop:
         return members
 
     def _done(self, version: int) -> CommitResult:
-        from eventlog.commitloop import CommitResult
-
         loop = self.loop
         loop.table.log.delete_staged(loop.staged_name)
         loop.txn.drop_unreferenced(loop.summary.adds)
-        info = loop.info
-        metrics = dict(info.operation_metrics)
-        return CommitResult(version, max(self.attempts, 1), info.operation, metrics, self.txn_id)
+        return loop.result(version, max(self.attempts, 1))
 
     def _unknown(self, reason: str) -> CommitStateUnknownError:
         """Leaving without knowing the outcome: withdraw from the queue if that is safe.

@@ -444,6 +444,13 @@ def test_three_queued_appends_share_one_version(any_uri: str, monkeypatch: pytes
     assert [r.version for r in results] == [1, 1, 1]
     assert [r.txn_id for r in results] == [t.txn_id for t in txns]
     assert [r.metrics["numOutputRows"] for r in results] == ["2", "1", "3"]  # each its own metrics
+    # Where each commit's time went: the leader gathered, claimed and published; the others
+    # were carried (they found themselves in the commit) without publishing anything.
+    for r in results:
+        assert r.timings["total"] >= sum(v for k, v in r.timings.items() if k != "total") - 1e-6
+        assert r.timings["stage"] >= 0
+    assert sum("publish" in r.timings for r in results) >= 1
+    assert all("gather" in r.timings for r in results if "publish" in r.timings)
     table = Table.open(any_uri)
     assert table.version == 1
     info = table.history(1)[0]

@@ -370,3 +370,18 @@ def test_commit_version_bounds_of_a_log_listing() -> None:
         LogStore.commit_versions(names)[-1],
     )
     assert LogStore.commit_version_bounds(["_last_checkpoint", "_staged_commits"]) is None
+
+
+def test_commit_result_says_where_the_time_went(local_uri: str) -> None:
+    t = Table.create(local_uri, SCHEMA)
+    first = t.append(rows([1]))
+    assert {"stage", "claim", "publish", "total"} <= set(first.timings)
+    assert all(v >= 0 for v in first.timings.values())
+    assert first.timings["total"] >= first.timings["claim"] + first.timings["publish"]
+    assert "check" not in first.timings  # nothing won since its read version
+    stale = t.transaction()
+    stale.append(rows([2]))
+    Table.open(local_uri).append(rows([3]))  # wins in between
+    second = stale.commit()
+    assert second.version == 3 and second.attempts == 2
+    assert {"check", "backoff"} <= set(second.timings)  # the lost first claim cost a re-check
