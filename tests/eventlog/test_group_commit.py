@@ -9,10 +9,11 @@ from a leader that saw every queued file.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -522,6 +523,41 @@ def test_group_commit_is_readable_by_deltalake(tmp_path: Any, monkeypatch: pytes
     assert entry["txnId"] not in by_txn  # the group's own id
 
 
+@contextlib.contextmanager
+def _held_in_queue(
+    table: Table, txn: Transaction, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[list[CommitResult | BaseException]]:
+    """Commit ``txn`` in a thread and hold it right after it queued its append; the body
+    runs while it is held. On exit the commit goes on; its outcome is in the yielded list."""
+    queued, go = threading.Event(), threading.Event()
+    original = table.log.stage
+
+    def stage_then_wait(name: str, data: bytes, *, atomic: bool = False) -> None:
+        original(name, data, atomic=atomic)
+        if QueuedName.parse(name) is not None:
+            queued.set()
+            assert go.wait(timeout=20)
+
+    monkeypatch.setattr(table.log, "stage", stage_then_wait)
+    outcome: list[CommitResult | BaseException] = []
+
+    def commit() -> None:
+        try:
+            outcome.append(txn.commit())
+        except BaseException as exc:  # asserted on by the caller
+            outcome.append(exc)
+
+    thread = threading.Thread(target=commit)
+    thread.start()
+    try:
+        assert queued.wait(timeout=20)
+        yield outcome
+    finally:
+        go.set()
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+
+
 def test_member_blocked_by_metadata_change_fails_alone(any_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A queued append whose table changed metadata after its read: a leader leaves it out,
     and the append itself raises MetadataChangedException, naming the winner."""
@@ -531,28 +567,7 @@ def test_member_blocked_by_metadata_change_fails_alone(any_uri: str, monkeypatch
     txn = blocked.transaction()
     txn.append(rows([100]))
     written = [a.path for a in txn._adds]
-    queued, go = threading.Event(), threading.Event()
-    original = blocked.log.stage
-
-    def stage_then_wait(name: str, data: bytes, *, atomic: bool = False) -> None:
-        original(name, data, atomic=atomic)
-        if QueuedName.parse(name) is not None:
-            queued.set()
-            assert go.wait(timeout=20)
-
-    monkeypatch.setattr(blocked.log, "stage", stage_then_wait)
-    outcome: list[CommitResult | BaseException] = []
-
-    def commit() -> None:
-        try:
-            outcome.append(txn.commit())
-        except BaseException as exc:  # asserted on below
-            outcome.append(exc)
-
-    thread = threading.Thread(target=commit)
-    thread.start()
-    try:
-        assert queued.wait(timeout=20)
+    with _held_in_queue(blocked, txn, monkeypatch) as outcome:
         [queued_name] = _queued_files(any_uri)
         parsed = QueuedName.parse(queued_name)
         assert parsed is not None and (parsed.checked, parsed.txn_id) == (1, txn.txn_id)
@@ -564,10 +579,6 @@ def test_member_blocked_by_metadata_change_fails_alone(any_uri: str, monkeypatch
         assert leader.version == 3
         assert member_txn_ids(Table.open(any_uri).history(1)[0]) == [leader.txn_id]
         assert _queued_files(any_uri) == [queued_name]  # still queued: not carried
-    finally:
-        go.set()
-        thread.join(timeout=30)
-    assert not thread.is_alive()
     [exc] = outcome
     assert isinstance(exc, MetadataChangedException)
     assert exc.winning_version == 2
@@ -722,28 +733,7 @@ def test_error_while_queued_reports_unknown_outcome(any_uri: str, monkeypatch: p
     member = Table.open(any_uri, group_commit=True)
     txn = member.transaction()
     txn.append(rows([1]))
-    queued, go = threading.Event(), threading.Event()
-    original = member.log.stage
-
-    def stage_then_wait(name: str, data: bytes, *, atomic: bool = False) -> None:
-        original(name, data, atomic=atomic)
-        if QueuedName.parse(name) is not None:
-            queued.set()
-            assert go.wait(timeout=20)
-
-    monkeypatch.setattr(member.log, "stage", stage_then_wait)
-    outcome: list[CommitResult | BaseException] = []
-
-    def commit() -> None:
-        try:
-            outcome.append(txn.commit())
-        except BaseException as exc:  # asserted on below
-            outcome.append(exc)
-
-    thread = threading.Thread(target=commit)
-    thread.start()
-    try:
-        assert queued.wait(timeout=20)
+    with _held_in_queue(member, txn, monkeypatch) as outcome:
         leader = Table.open(any_uri, group_commit=True).append(rows([2]))  # carries the member
         assert leader.version == 1
         assert txn.txn_id in member_txn_ids(Table.open(any_uri).history(1)[0])
@@ -752,9 +742,6 @@ def test_error_while_queued_reports_unknown_outcome(any_uri: str, monkeypatch: p
             raise OSError("transient storage error")
 
         monkeypatch.setattr(member.commitlog, "commits_between", storage_error)
-    finally:
-        go.set()
-        thread.join(timeout=30)
     [exc] = outcome
     # The append is in the table: the caller must not be told it failed.
     assert sorted_ids(Table.open(any_uri)) == [1, 2]

@@ -49,6 +49,7 @@ from eventlog import ProtocolChangedException, Table
 from eventlog.actions import AddFile
 from spark_adapter import EventlogCommitMessage, EventlogDataSource, EventlogReader, PruningReader, activate
 from spark_adapter.reader import filter_to_sql, pack_files, split_bytes
+from tests.support.spark import write_from_four_threads
 
 pytestmark = pytest.mark.spark
 
@@ -365,35 +366,12 @@ def test_failing_job_commits_nothing(spark: Any, tmp_path: Path) -> None:
 def test_concurrent_writers_in_four_driver_threads(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "threads")
     spark.createDataFrame([(-1, -1)], "id bigint, writer int").write.format(FMT).mode("append").save(uri)
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(4)
-
-    def writer(w: int) -> None:
-        try:
-            # createDataFrame makes the session active in this JVM thread, which is what
-            # pyspark 4.2 looks Python data sources up in; nothing is registered here.
-            frames = [
-                spark.createDataFrame([(w * 100 + k * 10 + j, w) for j in range(5)], "id bigint, writer int")
-                for k in range(2)
-            ]
-            barrier.wait()
-            for df in frames:
-                df.write.format(FMT).mode("append").save(uri)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    written = write_from_four_threads(spark, uri)
     table = Table.open(uri)
     history = table.history()
     assert sorted(h["version"] for h in history) == list(range(9))  # contiguous
     assert all(h["operation"] == "WRITE" for h in history)
-    expected = sorted([-1] + [w * 100 + k * 10 + j for w in range(4) for k in range(2) for j in range(5)])
-    assert ids(spark, uri) == expected
+    assert ids(spark, uri) == sorted([-1, *written])
 
 
 def test_a_fresh_thread_and_a_new_session_read_after_activate(spark: Any, tmp_path: Path) -> None:

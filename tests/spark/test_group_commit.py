@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ from pyspark.errors import PySparkException
 
 from eventlog import Table
 from eventlog.groupcommit import GROUP_FIELD, member_txn_ids
+from tests.support.spark import write_from_four_threads
 
 pytestmark = pytest.mark.spark
 
@@ -26,27 +26,7 @@ def _ids(spark: Any, uri: str) -> list[int]:
 def test_group_commit_option_from_four_driver_threads(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "grouped")
     spark.createDataFrame([(-1, -1)], "id bigint, writer int").write.format(FMT).mode("append").save(uri)
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(4)
-
-    def writer(w: int) -> None:
-        try:
-            frames = [
-                spark.createDataFrame([(w * 100 + k * 10 + j, w) for j in range(5)], "id bigint, writer int")
-                for k in range(2)
-            ]
-            barrier.wait()
-            for df in frames:
-                df.write.format(FMT).mode("append").option("groupCommit", "true").save(uri)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    assert not errors, errors
+    written = write_from_four_threads(spark, uri, groupCommit="true")
     table = Table.open(uri)
     history = sorted(table.history(), key=lambda h: h["version"])
     assert [h["version"] for h in history] == list(range(len(history)))  # contiguous
@@ -62,8 +42,7 @@ def test_group_commit_option_from_four_driver_threads(spark: Any, tmp_path: Path
                 m["operation"] == "WRITE" and m["operationMetrics"]["numOutputRows"] == "5" for m in members
             )
             assert h["operationMetrics"]["numOutputRows"] == str(5 * len(members))
-    expected = sorted([-1] + [w * 100 + k * 10 + j for w in range(4) for k in range(2) for j in range(5)])
-    assert _ids(spark, uri) == expected
+    assert _ids(spark, uri) == sorted([-1, *written])
 
 
 def test_group_commit_option_must_be_a_boolean(spark: Any, tmp_path: Path) -> None:

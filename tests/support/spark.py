@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,3 +33,35 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+def write_from_four_threads(spark: Any, uri: str, **options: str) -> list[int]:
+    """Four driver threads append two 5-row DataFrames each (``id bigint, writer int``) to
+    ``uri`` with ``options``, started together; returns the ids written, sorted. Raises the
+    first error a thread hit."""
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def writer(w: int) -> None:
+        try:
+            # createDataFrame makes the session active in this JVM thread, which is what
+            # pyspark 4.2 looks Python data sources up in; nothing is registered here.
+            frames = [
+                spark.createDataFrame([(w * 100 + k * 10 + j, w) for j in range(5)], "id bigint, writer int")
+                for k in range(2)
+            ]
+            barrier.wait()
+            for df in frames:
+                df.write.format("eventlog").mode("append").options(**options).save(uri)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    if errors:
+        raise errors[0]
+    assert not any(t.is_alive() for t in threads), "a writer thread hung"
+    return sorted(w * 100 + k * 10 + j for w in range(4) for k in range(2) for j in range(5))
