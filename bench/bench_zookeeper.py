@@ -113,6 +113,20 @@ class RunResult:
         return self.ok / self.seconds if self.seconds > 0 else 0.0
 
 
+def _run_processes(procs: Sequence[Any], results: Any) -> list[Any]:
+    """Start ``procs``, collect one result row from each, then join them (killing stragglers)."""
+    for p in procs:
+        p.start()
+    try:
+        return [results.get(timeout=RESULT_TIMEOUT) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
+                p.join()
+
+
 def _close_slots(table: Any) -> None:
     with contextlib.suppress(Exception):
         table.slots.close()
@@ -245,16 +259,7 @@ def run_appends(
             for w in range(writers)
         ]
         server_cpu0 = _cpu_seconds(server_pids)
-        for p in procs:
-            p.start()
-        try:
-            rows = [results.get(timeout=RESULT_TIMEOUT) for _ in procs]
-        finally:
-            for p in procs:
-                p.join(timeout=60)
-                if p.is_alive():
-                    p.kill()
-                    p.join()
+        rows = _run_processes(procs, results)
         server_cpu = _cpu_seconds(server_pids) - server_cpu0
         errors: Counter[str] = Counter()
         requests: Counter[str] = Counter()
@@ -527,16 +532,7 @@ def run_claims(mode: str, hosts: str, writers: int, per_writer: int) -> ClaimRes
             ctx.Process(target=_claim_worker, args=(mode, hosts, base, per_writer, w, barrier, results))
             for w in range(writers)
         ]
-        for p in procs:
-            p.start()
-        try:
-            rows = [results.get(timeout=RESULT_TIMEOUT) for _ in procs]
-        finally:
-            for p in procs:
-                p.join(timeout=60)
-                if p.is_alive():
-                    p.kill()
-                    p.join()
+        rows = _run_processes(procs, results)
         failures = [r[6] for r in rows if r[6]]
         if failures:
             raise RuntimeError(f"claim workers ({mode}) failed: {failures}")
