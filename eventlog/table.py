@@ -167,7 +167,8 @@ class Table:
         """Open an existing table at its latest version. TableNotFoundError if absent.
 
         ``group_commit``: let this handle's blind appends share a version with concurrent
-        ones (:mod:`eventlog.groupcommit`; slot stores with a queue only, else ignored).
+        ones (:mod:`eventlog.groupcommit`; any slot store, best with one that notifies
+        waiters: ZooKeeper or in-memory).
         """
         log = LogStore(uri)
         store = resolve_slots(slots, log)

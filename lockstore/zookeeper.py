@@ -267,12 +267,14 @@ class ZooKeeperSlotStore(SlotStore):
 
     # ------------------------------------------------------------------ the port
 
-    def _read_counter(self, table: str) -> tuple[int, int]:
+    def _read_counter(self, table: str, watch: Any = None) -> tuple[int, int]:
+        """(latest, znode version) of the table's counter; ``watch`` fires on its next change."""
+        path = f"{self._table_path(table)}/latest"
         try:
-            data, stat = self._call("get", f"{self._table_path(table)}/latest")
+            data, stat = self._call("get", path, watch=watch)
         except NoNodeError:
             self._ensure_table(table)
-            data, stat = self._call("get", f"{self._table_path(table)}/latest")
+            data, stat = self._call("get", path, watch=watch)
         value = int(data.decode() or "-1")
         with self._lock:
             self._counter_versions[table] = (value, stat.version)
@@ -283,20 +285,10 @@ class ZooKeeperSlotStore(SlotStore):
 
     def await_latest(self, table: str, seen: int, timeout: float) -> int:
         """A data watch on the counter: one read, then sleep until ZooKeeper notifies."""
-        path = f"{self._table_path(table)}/latest"
         deadline = time.monotonic() + min(timeout, self.timeout)
         while True:
             changed = threading.Event()
-            self._await_session()
-            try:
-                data, stat = self._client.get_async(path, watch=_waker(changed)).get(timeout=self.timeout)
-            except NoNodeError:
-                return self.latest(table)
-            except _AMBIGUOUS as exc:
-                raise SlotStoreUnavailableError(f"watching the latest version of {table!r}: {exc!r}") from exc
-            latest = int(data.decode() or "-1")
-            with self._lock:
-                self._counter_versions[table] = (latest, stat.version)
+            latest = self._read_counter(table, watch=_waker(changed))[0]
             remaining = deadline - time.monotonic()
             if latest > seen or remaining <= 0 or not changed.wait(remaining):
                 return latest
