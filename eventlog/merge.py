@@ -12,13 +12,20 @@ Clauses are evaluated in order; the first whose condition holds applies to a row
 target row matched by several source rows is an error when an update or delete clause
 could apply to it (Delta's cardinality rule). Target files holding at least one updated
 or deleted row are rewritten; inserted rows go to new files.
+
+Like every operation, MERGE follows one rule: running it *stages* (plans, writes the new
+files, records the reads) and committing publishes. :class:`MergeBuilder` (from
+``txn.merge(...)``) stages on ``execute()`` and leaves the commit to ``txn.commit()``,
+which runs the conflict check against every commit that won meanwhile.
+:class:`TableMergeBuilder` (from ``Table.merge(...)``) is the one-shot form: ``execute()``
+stages in its own transaction and commits it at once, like ``Table.delete`` and the rest.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 import pyarrow as pa
@@ -48,8 +55,11 @@ class _Clause:
     sql: str | None
 
 
-class MergeBuilder:
-    """Delta's merge builder: ``when_matched_*`` / ``when_not_matched_*``, then ``execute()``."""
+class _MergeClauses:
+    """Delta's merge builder: ``when_matched_*`` / ``when_not_matched_*``, then ``execute()``.
+
+    The clauses and the plan; the subclasses decide what ``execute()`` returns.
+    """
 
     def __init__(
         self,
@@ -108,31 +118,29 @@ class MergeBuilder:
             raise InvalidInputError(f"merge source columns not in the target: {extra}")
         return out
 
-    def when_matched_update(
-        self, condition: str | None = None, set: Mapping[str, str] | None = None
-    ) -> MergeBuilder:
+    def when_matched_update(self, condition: str | None = None, set: Mapping[str, str] | None = None) -> Self:
         if not set:
             raise InvalidInputError("when_matched_update needs a non-empty set mapping")
         self.matched.append(_Clause("update", self._cond(condition), self._assign(set), condition))
         return self
 
-    def when_matched_update_all(self, condition: str | None = None) -> MergeBuilder:
+    def when_matched_update_all(self, condition: str | None = None) -> Self:
         self.matched.append(_Clause("update", self._cond(condition), self._all_from_source(), condition))
         return self
 
-    def when_matched_delete(self, condition: str | None = None) -> MergeBuilder:
+    def when_matched_delete(self, condition: str | None = None) -> Self:
         self.matched.append(_Clause("delete", self._cond(condition), {}, condition))
         return self
 
     def when_not_matched_insert(
         self, condition: str | None = None, values: Mapping[str, str] | None = None
-    ) -> MergeBuilder:
+    ) -> Self:
         if not values:
             raise InvalidInputError("when_not_matched_insert needs a non-empty values mapping")
         self.not_matched.append(_Clause("insert", self._cond(condition), self._assign(values), condition))
         return self
 
-    def when_not_matched_insert_all(self, condition: str | None = None) -> MergeBuilder:
+    def when_not_matched_insert_all(self, condition: str | None = None) -> Self:
         self.not_matched.append(_Clause("insert", self._cond(condition), self._all_from_source(), condition))
         return self
 
@@ -178,8 +186,8 @@ class MergeBuilder:
             )
         return keys, target_only, residual
 
-    def execute(self) -> CommitResult:
-        """Plan the merge, stage its files and commit the transaction."""
+    def _stage(self) -> None:
+        """Plan the merge, write its files and record its reads on the transaction."""
         txn = self.txn
         if not self.matched and not self.not_matched:
             raise InvalidInputError("MERGE needs at least one WHEN clause")
@@ -193,14 +201,8 @@ class MergeBuilder:
             check_append_only(txn, "MERGE with WHEN MATCHED")
         keys, _, residual = self._split_on()
         target_pred = self.target_predicate()
-        try:
-            files = txn.scan(target_pred)
-            result = self._plan(files, keys, target_pred, residual)
-        except BaseException:
-            txn.abort()
-            raise
-        txn.add_metrics(**result)
-        return txn.commit()
+        files = txn.scan(target_pred)
+        txn.add_metrics(**self._plan(files, keys, target_pred, residual))
 
     def _plan(
         self, files: list[AddFile], keys: list[tuple[str, str]], target_pred: ex.Expr | None,
@@ -384,6 +386,24 @@ class MergeBuilder:
         if updates.num_rows:
             parts.append(updates.select(names))
         return pa.concat_tables(parts)
+
+
+class MergeBuilder(_MergeClauses):
+    """A MERGE staged in an explicit transaction (``txn.merge(...)``)."""
+
+    def execute(self) -> None:
+        """Stage the merge: plan it, write its files and record its reads. Nothing is
+        visible until ``txn.commit()``, which checks it against every newer commit."""
+        self.txn.stage(self._stage)
+
+
+class TableMergeBuilder(_MergeClauses):
+    """A MERGE in its own transaction (``Table.merge(...)``): ``execute()`` commits it."""
+
+    def execute(self) -> CommitResult:
+        """Stage the merge, then commit its transaction; returns the commit's result."""
+        self.txn.stage(self._stage)
+        return self.txn.commit()
 
 
 def _unqualify(expr: ex.Expr) -> ex.Expr:

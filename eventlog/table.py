@@ -31,7 +31,7 @@ from eventlog.errors import (
     UnknownColumnError,
     VersionNotFoundError,
 )
-from eventlog.merge import MergeBuilder
+from eventlog.merge import TableMergeBuilder
 from eventlog.operations import (
     DEFAULT_DELETED_FILE_RETENTION,
     DELETED_FILE_RETENTION_KEY,
@@ -481,9 +481,9 @@ class Table:
 
     def merge(
         self, source: pa.Table, on: str, *, source_alias: str = "source", target_alias: str = "target"
-    ) -> MergeBuilder:
-        """Start a MERGE; add clauses, then ``execute()`` (one transaction)."""
-        return MergeBuilder(
+    ) -> TableMergeBuilder:
+        """Start a MERGE in its own transaction; add clauses, then ``execute()`` commits it."""
+        return TableMergeBuilder(
             self.transaction(), source, on, source_alias=source_alias, target_alias=target_alias
         )
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -295,9 +295,26 @@ class Transaction:
         self._domains[domain] = DomainMetadata(domain, configuration, removed)
 
     # ------------------------------------------------------------------ operations
+    #
+    # One rule for every operation, here and on :class:`Table`: running an operation only
+    # *stages* it (validates its input, records its reads, writes its new files, stages
+    # its actions); :meth:`commit` checks it against the commits that won meanwhile and
+    # publishes it. An operation that fails aborts the transaction, deleting whatever files
+    # it wrote, so the table is left exactly as it was. ``Table.delete(...)`` and the other
+    # one-shot methods are a transaction, one staged operation and a commit.
+
+    def stage(self, operation: Callable[[], object]) -> None:
+        """Run ``operation`` (which stages actions on this transaction); on any error,
+        abort the transaction (its written files are deleted) and re-raise."""
+        self._require_open()
+        try:
+            operation()
+        except BaseException:
+            self.abort()
+            raise
 
     def append(self, data: pa.Table | pa.RecordBatch, *, schema_mode: str | None = None) -> None:
-        operations.append(self, data, schema_mode=schema_mode)
+        self.stage(lambda: operations.append(self, data, schema_mode=schema_mode))
 
     def overwrite(
         self,
@@ -306,13 +323,15 @@ class Transaction:
         replace_where: str | None = None,
         schema_mode: str | None = None,
     ) -> None:
-        operations.overwrite(self, data, replace_where=replace_where, schema_mode=schema_mode)
+        self.stage(
+            lambda: operations.overwrite(self, data, replace_where=replace_where, schema_mode=schema_mode)
+        )
 
     def append_files(
         self, adds: Sequence[AddFile], *, schema: pa.Schema | None = None, num_rows: int | None = None
     ) -> None:
         """Append data files written elsewhere (e.g. by Spark tasks); see :mod:`operations`."""
-        operations.append_files(self, adds, schema=schema, num_rows=num_rows)
+        self.stage(lambda: operations.append_files(self, adds, schema=schema, num_rows=num_rows))
 
     def overwrite_files(
         self,
@@ -323,41 +342,49 @@ class Transaction:
         num_rows: int | None = None,
     ) -> None:
         """Overwrite with data files written elsewhere; see :mod:`operations`."""
-        operations.overwrite_files(self, adds, replace_where=replace_where, schema=schema, num_rows=num_rows)
+        self.stage(
+            lambda: operations.overwrite_files(
+                self, adds, replace_where=replace_where, schema=schema, num_rows=num_rows
+            )
+        )
 
     def delete(self, predicate: str | None = None) -> None:
-        operations.delete(self, predicate)
+        self.stage(lambda: operations.delete(self, predicate))
 
     def update(self, predicate: str | None = None, set: Mapping[str, str] | None = None) -> None:
-        operations.update(self, predicate, set or {})
+        self.stage(lambda: operations.update(self, predicate, set or {}))
 
     def optimize(
         self, *, zorder_by: Sequence[str] | None = None, partition_filter: str | None = None,
         target_size: int | None = None,
     ) -> None:  # fmt: skip
-        operations.optimize(
-            self, zorder_by=zorder_by, partition_filter=partition_filter, target_size=target_size
+        self.stage(
+            lambda: operations.optimize(
+                self, zorder_by=zorder_by, partition_filter=partition_filter, target_size=target_size
+            )
         )
 
     def restore(self, version: int) -> None:
-        operations.restore(self, version)
+        self.stage(lambda: operations.restore(self, version))
 
     def require_no_concurrent_commits(self) -> None:
         """Fail the commit with ConcurrentWriteException if any commit wins first."""
         self._fail_on_any_winner = True
 
     def set_properties(self, properties: Mapping[str, str]) -> None:
-        operations.set_properties(self, properties)
+        self.stage(lambda: operations.set_properties(self, properties))
 
     def unset_properties(self, keys: Sequence[str]) -> None:
-        operations.unset_properties(self, keys)
+        self.stage(lambda: operations.unset_properties(self, keys))
 
     def add_columns(self, fields: Sequence[pa.Field]) -> None:
-        operations.add_columns(self, fields)
+        self.stage(lambda: operations.add_columns(self, fields))
 
     def merge(
         self, source: pa.Table, on: str, *, source_alias: str = "source", target_alias: str = "target"
     ) -> MergeBuilder:
+        """Start a MERGE staged in this transaction: add clauses, then ``execute()`` stages it
+        and ``commit()`` publishes it."""
         return MergeBuilder(self, source, on, source_alias=source_alias, target_alias=target_alias)
 
     # ------------------------------------------------------------------ commit

@@ -25,9 +25,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from spark_adapter.datasource import EventlogDataSource, activate
     from spark_adapter.reader import EventlogReader, FilesPartition, PruningReader, ScanSource
+    from spark_adapter.table import EventlogTable
     from spark_adapter.writer import EventlogCommitMessage, EventlogWriter, WritePlan
 
 _EXPORTS = {
+    "EventlogTable": "spark_adapter.table",
     "EventlogDataSource": "spark_adapter.datasource",
     "activate": "spark_adapter.datasource",
     "EventlogReader": "spark_adapter.reader",
@@ -43,6 +45,7 @@ __all__ = [
     "EventlogCommitMessage",
     "EventlogDataSource",
     "EventlogReader",
+    "EventlogTable",
     "EventlogWriter",
     "FilesPartition",
     "PruningReader",

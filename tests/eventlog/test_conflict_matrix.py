@@ -48,6 +48,7 @@ def _merge(txn: Transaction, date: str, partitioned: bool) -> None:
     src = rows([1, 3], date).set_column(3, "y", pa.array([-1.0, -3.0]))
     txn.merge(src, f"t.id = s.id AND t.date = '{date}'", source_alias="s", target_alias="t") \
         .when_matched_update_all().execute()  # fmt: skip
+    txn.commit()
 
 
 def _optimize(txn: Transaction, date: str, partitioned: bool) -> None:
@@ -66,7 +67,7 @@ DML = ("UPDATE", "DELETE", "MERGE")
 
 # (second, first) -> expected outcome per isolation level, same files (unpartitioned table).
 # None = both commit. Derived from the reference matrix and Delta Spark's check order.
-_SAME_FILES: dict[tuple[str, str], dict[str, type[Exception] | None]] = {}
+SAME_FILES: dict[tuple[str, str], dict[str, type[Exception] | None]] = {}
 for _first in OPS:
     for _second in OPS:
         cell: dict[str, type[Exception] | None]
@@ -83,11 +84,11 @@ for _first in OPS:
             # OPTIMIZE (snapshot isolation: no append check) vs a winner that removed a
             # file it read.
             cell = {SER: ConcurrentDeleteReadException, WS: ConcurrentDeleteReadException}
-        _SAME_FILES[(_second, _first)] = cell
+        SAME_FILES[(_second, _first)] = cell
 
 CASES = [
     pytest.param(second, first, level, expected, id=f"{second}-after-{first}-{level}")
-    for (second, first), cells in _SAME_FILES.items()
+    for (second, first), cells in SAME_FILES.items()
     for level, expected in cells.items()
 ]
 
@@ -226,6 +227,7 @@ def test_merge_with_explicit_partition_predicate(tmp_path: object) -> None:
                 on += f" AND t.date = '{date}' AND t.country = '{country}'"
             txn.merge(data([1, 3], date, country, 9), on, source_alias="s", target_alias="t") \
                 .when_matched_update_all().when_not_matched_insert_all().execute()  # fmt: skip
+            txn.commit()
 
         second = Table.open(uri).transaction()
         merge(t.transaction(), "2024-01-01", "FR")

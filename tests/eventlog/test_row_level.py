@@ -92,6 +92,7 @@ def merge(key: int, explicit: bool = True) -> Op:
         on = "t.id = s.id" + (f" AND t.id = {key}" if explicit else "")
         src = rows([key], x=key + 2000)
         txn.merge(src, on, source_alias="s", target_alias="t").when_matched_update(set={"x": "s.x"}).execute()
+        txn.commit()
 
     return run
 

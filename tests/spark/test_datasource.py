@@ -236,14 +236,14 @@ def test_default_reader_is_safe_when_a_dataframe_is_reused(spark: Any, three_fil
 
 @pytest.mark.xfail(
     strict=True,
-    reason="pyspark 4.2 reuses the last pushed-down read plan of a relation for scans that push "
+    reason="pyspark 4.2 and 4.3 reuse the last pushed-down read plan of a relation for scans that push "
     "no filters (PythonDataSourceV2.readInfo); this is why filterPushdown is opt-in. "
     "When this passes, Spark is fixed: make filterPushdown the default.",
 )
 def test_pruning_reader_on_a_reused_dataframe_spark_bug(spark: Any, three_files: str) -> None:
     df = read(spark, three_files, filterPushdown="true")
     assert df.where("p = 'b'").count() == 100
-    assert df.count() == 300  # 4.2: 100, the plan of the query above
+    assert df.count() == 300  # 4.2, 4.3: 100, the plan of the query above
 
 
 def test_push_filters_claims_only_exact_partition_filters(tmp_path: Path) -> None:
