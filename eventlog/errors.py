@@ -58,6 +58,9 @@ class EventlogError(Exception):
     table: str
     detail: str
     conflict_type: str
+    argument: str
+    reason: str
+    position: int | None
 
     def __init__(self, message: str, **fields: Any) -> None:
         super().__init__(message)
@@ -168,6 +171,19 @@ class InvalidTablePropertyError(InvalidInputError):
             value=value,
             allowed=allowed,
         )
+
+
+class InvalidTextError(InvalidInputError):
+    """User text the table cannot store: not a string, not encodable as UTF-8 (a lone
+    surrogate such as ``"\\ud800"``), empty where a name is needed, too long, or holding a
+    character the destination cannot hold (NUL in a path). See :mod:`eventlog.userinput`.
+
+    Fields: ``argument`` (which input, e.g. ``"table property key"``), ``reason`` and
+    ``position`` (index of the offending character, or None).
+    """
+
+    def __init__(self, message: str, *, argument: str, reason: str, position: int | None = None) -> None:
+        EventlogError.__init__(self, message, argument=argument, reason=reason, position=position)
 
 
 class TransactionStateError(InvalidInputError):

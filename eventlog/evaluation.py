@@ -14,7 +14,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eventlog.errors import PredicateError, UnknownColumnError
-from eventlog.expr_nodes import _ARITHMETIC, _COMPARISONS, Call, Column, Expr, Literal, _cast_target
+from eventlog.expr_nodes import (
+    _ARITHMETIC,
+    _COMPARISONS,
+    Call,
+    Column,
+    Expr,
+    Literal,
+    _cast_target,
+    tree_depth,
+)
 from eventlog.expr_types import _BOOL, _F64, _as_decimal, _common_type, _comparable, _kind
 from eventlog.sqlrender import to_sql
 
@@ -364,6 +373,8 @@ def evaluate(
     except _ARROW_ERRORS as e:
         sql = to_sql(expr)
         raise PredicateError(f"cannot evaluate {sql}: {e}", expression=sql) from e
+    except RecursionError:
+        raise _too_deep(expr) from None
     return pa.repeat(out, table.num_rows) if isinstance(out, pa.Scalar) else out
 
 
@@ -390,6 +401,17 @@ def to_arrow(
     (``qty * price > 10``); without it, only literals are typed.
     """
     lowering = _ExpressionLowering(resolve, schema)
-    typed, _ = _explicit_casts(expr, lowering.column_type)
-    out = lowering.run(Literal(None, _BOOL) if typed == Literal(None) else typed)
+    try:
+        typed, _ = _explicit_casts(expr, lowering.column_type)
+        out = lowering.run(Literal(None, _BOOL) if typed == Literal(None) else typed)
+    except RecursionError:
+        raise _too_deep(expr) from None
     return out if isinstance(out, pc.Expression) else pc.scalar(out)
+
+
+def _too_deep(expr: Expr) -> PredicateError:
+    """Backstop for trees not built by the parser (which bounds their depth)."""
+    depth = tree_depth(expr)
+    return PredicateError(
+        f"expression nested {depth} levels deep is too deep to evaluate", expression=f"<{depth} levels>"
+    )

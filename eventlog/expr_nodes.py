@@ -78,11 +78,29 @@ def referenced_columns(expr: Expr) -> set[Column]:
     return out
 
 
+def tree_depth(expr: Expr) -> int:
+    """Levels of the tree (a leaf is 1); iterative, so any depth can be measured."""
+    deepest = 0
+    stack: list[tuple[Expr, int]] = [(expr, 1)]
+    while stack:
+        e, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(e, Call):
+            stack.extend((a, depth + 1) for a in e.args)
+    return deepest
+
+
 def conjuncts(expr: Expr) -> list[Expr]:
-    """The operands of the top-level AND chain, left to right."""
-    if isinstance(expr, Call) and expr.op == "and":
-        return [c for arg in expr.args for c in conjuncts(arg)]
-    return [expr]
+    """The operands of the top-level AND chain, left to right (however the chain nests)."""
+    out: list[Expr] = []
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, Call) and e.op == "and":
+            stack.extend(reversed(e.args))
+        else:
+            out.append(e)
+    return out
 
 
 def conjoin(exprs: Sequence[Expr]) -> Expr:

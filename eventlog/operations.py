@@ -39,6 +39,7 @@ from eventlog.protocol import DV_PROPERTY, upgrade
 from eventlog.rowlevel import CompactionSource, compaction_tag
 from eventlog.scan import read_file_positions, read_live_rows
 from eventlog.schema import canonical_schema, conform, merge_schema, to_spark_schema_json
+from eventlog.userinput import check_string_map
 
 if TYPE_CHECKING:
     from eventlog.transaction import Transaction
@@ -75,22 +76,24 @@ _UNSUPPORTED_TRUE = ("delta.enableChangeDataFeed", "delta.enableRowTracking")
 
 
 def validate_properties(properties: Mapping[str, str]) -> None:
-    """Reject invalid values of the ``delta.*`` properties this library interprets."""
-    for key, value in properties.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise InvalidInputError(f"table properties must be strings, got {key!r}: {value!r}")
+    """Reject invalid values of the ``delta.*`` properties this library interprets, and keys
+    or values the log cannot hold (not strings, empty keys, lone surrogates)."""
+    for key, value in check_string_map(properties, "table property").items():
         if key == ISOLATION_LEVEL_KEY:
             IsolationLevel.parse(value)
         elif key in _BOOL_PROPERTIES:
             if value not in ("true", "false"):
                 raise InvalidTablePropertyError(key, value, ["true", "false"])
         elif key in _INT_PROPERTIES:
-            if not value.isdigit() or int(value) <= 0:
+            # ASCII digits only ("²".isdigit() is true), and few enough for int()
+            if not (value.isascii() and value.isdigit() and len(value) <= 30) or int(value) <= 0:
                 raise InvalidTablePropertyError(key, value, ["a positive integer"])
         elif key in _UNSUPPORTED_TRUE:
             if value != "false":
                 raise InvalidTablePropertyError(key, value, ["false (not supported yet)"])
         elif key in _INTERVAL_PROPERTIES:
+            if not (value.isascii() and len(value) <= 100):
+                raise InvalidTablePropertyError(key, value, ["an interval such as 'interval 7 days'"])
             parse_interval_ms(value)
         elif key.startswith("delta."):
             raise InvalidInputError(f"unknown Delta table property {key!r}")

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from eventlog.errors import InvalidInputError, SchemaMismatchError
 from eventlog.partition_values import decode_partition_value, encode_partition_value, partition_values_table
 from eventlog.stats import stats_table
+from eventlog.userinput import check_schema
 
 __all__ = [
     "canonical_schema",
@@ -166,7 +167,11 @@ def _type_from_spark(t: Any, path: str) -> pa.DataType:
 
 
 def canonical_schema(schema: pa.Schema) -> pa.Schema:
-    """The schema a table stores for ``schema`` (see module doc); rejects unsupported types."""
+    """The schema a table stores for ``schema`` (see module doc); rejects unsupported types,
+    and names or field metadata the log cannot hold (:func:`eventlog.userinput.check_schema`)."""
+    if not isinstance(schema, pa.Schema):
+        raise InvalidInputError(f"a table schema must be a pyarrow.Schema, got {type(schema).__name__}")
+    check_schema(schema)
     seen: dict[str, str] = {}
     for name in schema.names:
         if name.lower() in seen:

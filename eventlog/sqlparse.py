@@ -13,8 +13,8 @@ from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import Any, NoReturn, TypeAlias
 
 import pyarrow as pa
-import sqlglot
-from sqlglot import exp
+from sqlglot import Token, TokenType, exp
+from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import SqlglotError
 
 from eventlog.errors import PredicateError, UnknownColumnError
@@ -31,6 +31,7 @@ from eventlog.expr_types import (
     _kind,
     _type_sql,
 )
+from eventlog.userinput import MAX_EXPRESSION_DEPTH, MAX_NESTING_DEPTH, text_problem
 
 _WIDE = Context(prec=100)  # decimal arithmetic on up to 76 digits without silent rounding
 
@@ -59,10 +60,19 @@ _SQL_TYPES: dict[Any, pa.DataType] = {
 # --------------------------------------------------------------------------- literals
 
 
+_MAX_LITERAL_DIGITS = 76  # the widest decimal Arrow holds (DECIMAL256)
+
+
 def _number_literal(text: str) -> Literal:
-    """Spark's typing of a numeric literal: 1 -> BIGINT, 1.50 -> DECIMAL(3,2), 1e3 -> DOUBLE."""
+    """Spark's typing of a numeric literal: 1 -> BIGINT, 1.50 -> DECIMAL(3,2), 1e3 -> DOUBLE.
+
+    ValueError for an integer or decimal literal of more than 76 digits.
+    """
     if "e" in text or "E" in text:
         return Literal(float(text), _F64)
+    digits = sum(c.isdigit() for c in text.lstrip("-+0."))
+    if digits > _MAX_LITERAL_DIGITS:
+        raise ValueError(f"a numeric literal of {digits} digits (at most {_MAX_LITERAL_DIGITS})")
     if "." in text:
         return Literal(Decimal(text))
     return Literal(int(text))
@@ -147,6 +157,57 @@ _ARITH_NODES: dict[type[exp.Expression], str] = {
     exp.Mod: "mod",
 }
 _STRING_FUNCS: dict[type[exp.Expression], str] = {exp.Lower: "lower", exp.Upper: "upper"}
+_SPARK = Dialect.get_or_raise("spark")
+_OPENING = frozenset({TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.L_BRACE, TokenType.CASE})
+_CLOSING = frozenset({TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.R_BRACE, TokenType.END})
+_PREFIX = frozenset({TokenType.NOT, TokenType.DASH, TokenType.PLUS, TokenType.TILDE})
+_LEFT_DEEP_CHAIN = 16  # longer AND/OR chains are balanced (see _chain_call)
+
+
+def nesting_depth(tokens: list[Token]) -> int:
+    """How deeply a token stream nests: brackets and ``CASE ... END`` open a level, and each
+    prefix operator in a run (``NOT NOT x``, ``- - 1``) adds one. A cheap, iterative bound on
+    the recursion the parser will need (see :data:`eventlog.userinput.MAX_NESTING_DEPTH`)."""
+    depth = run = deepest = 0
+    for token in tokens:
+        kind = token.token_type
+        run = run + 1 if kind in _PREFIX else 0
+        if kind in _OPENING:
+            depth += 1
+        elif kind in _CLOSING:
+            depth = max(depth - 1, 0)
+        deepest = max(deepest, depth + run)
+    return deepest
+
+
+def _chain(n: exp.Expression, kind: type[exp.Expression]) -> list[exp.Expression]:
+    """The operands of an AND (or OR) chain, left to right, seeing through parentheses
+    around the same operator (``a OR (b OR c)``); iterative, so long chains are fine."""
+    out: list[exp.Expression] = []
+    stack = [n]
+    while stack:
+        m = stack.pop()
+        while isinstance(m, exp.Paren) and isinstance(m.this, kind):
+            m = m.this
+        if isinstance(m, kind):
+            stack.extend((m.expression, m.this))
+        else:
+            out.append(m)
+    return out
+
+
+def _chain_call(op: str, items: list[Expr]) -> Expr:
+    """``items`` joined by ``op``: left-nested when short (``(a AND b) AND c``), balanced
+    halves when longer than 16, so a chain of thousands stays shallow for the evaluators.
+    AND and OR are associative (three-valued logic too), and :func:`_chain` reads any
+    nesting back as the same list, so ``to_sql`` still round-trips exactly."""
+    if len(items) <= _LEFT_DEEP_CHAIN:
+        tree = items[0]
+        for item in items[1:]:
+            tree = Call(op, (tree, item))
+        return tree
+    mid = len(items) // 2
+    return Call(op, (_chain_call(op, items[:mid]), _chain_call(op, items[mid:])))
 
 
 class _Parser:
@@ -154,15 +215,42 @@ class _Parser:
         self, sql: str, schema: pa.Schema, qualifiers: Mapping[str, pa.Schema] | None, context: str
     ) -> None:
         self.sql, self.schema, self.qualifiers, self.context = sql, schema, qualifiers, context
+        self.depth = 0
 
     def fail(self, message: str) -> NoReturn:
-        raise PredicateError(f"{message} in {self.context} {self.sql!r}", expression=self.sql)
+        text = self.sql if len(self.sql) <= 500 else self.sql[:480] + f"... ({len(self.sql)} chars)"
+        raise PredicateError(f"{message} in {self.context} {text!r}", expression=self.sql)
 
     def parse(self) -> _Typed:
+        """The typed tree; PredicateError for anything it cannot turn into one.
+
+        The text is checked before sqlglot sees it (UTF-8 encodable, nesting at most
+        MAX_NESTING_DEPTH), the tree while it is built (at most MAX_EXPRESSION_DEPTH deep).
+        Whatever still escapes from sqlglot or the literal conversions (a RecursionError, a
+        ValueError) is reported as a PredicateError too: no untyped error leaves the parser.
+        """
         if not isinstance(self.sql, str):
             raise PredicateError(f"{self.context} must be a SQL string", expression=repr(self.sql))
+        problem = text_problem(self.sql)
+        if problem is not None:
+            self.fail(f"the text holds {problem[0]} at position {problem[1]}")
         try:
-            trees = [tree for tree in sqlglot.parse(self.sql, dialect="spark") if tree is not None]
+            return self.build()
+        except RecursionError:
+            self.fail("too deeply nested to parse")
+        except (ValueError, ArithmeticError, pa.ArrowException) as e:
+            self.fail(f"invalid expression ({str(e).splitlines()[0] if str(e) else type(e).__name__})")
+
+    def build(self) -> _Typed:
+        try:
+            tokens = _SPARK.tokenize(self.sql)
+        except SqlglotError as e:
+            self.fail(f"cannot parse ({str(e).splitlines()[0]})")
+        depth = nesting_depth(tokens)
+        if depth > MAX_NESTING_DEPTH:
+            self.fail(f"nested {depth} levels deep; the limit is {MAX_NESTING_DEPTH} (MAX_NESTING_DEPTH)")
+        try:
+            trees = [tree for tree in _SPARK.parser().parse(tokens, self.sql) if tree is not None]
         except SqlglotError as e:
             self.fail(f"cannot parse ({str(e).splitlines()[0]})")
         if len(trees) != 1 or not isinstance(trees[0], exp.Expression):
@@ -170,11 +258,20 @@ class _Parser:
         return self.node(trees[0])
 
     def node(self, n: exp.Expression) -> _Typed:
+        self.depth += 1
+        try:
+            if self.depth > MAX_EXPRESSION_DEPTH:
+                self.fail(f"more than {MAX_EXPRESSION_DEPTH} levels deep (MAX_EXPRESSION_DEPTH)")
+            return self.typed(n)
+        finally:
+            self.depth -= 1
+
+    def typed(self, n: exp.Expression) -> _Typed:
         if isinstance(n, exp.Paren):
             return self.node(n.this)
         if isinstance(n, (exp.And, exp.Or)):
             op = "and" if isinstance(n, exp.And) else "or"
-            return Call(op, (self.boolean(n.this), self.boolean(n.expression))), _BOOL
+            return _chain_call(op, [self.boolean(m) for m in _chain(n, type(n))]), _BOOL
         if isinstance(n, exp.Not):
             if isinstance(n.this, exp.Is) and isinstance(n.this.expression, exp.Null):
                 return Call("is_not_null", (self.node(n.this.this)[0],)), _BOOL

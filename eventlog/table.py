@@ -48,6 +48,13 @@ from eventlog.schema import canonical_schema, conform, to_spark_schema_json
 from eventlog.snapshot import Commit, Snapshot
 from eventlog.storage import LogStore
 from eventlog.transaction import CommitResult, Transaction
+from eventlog.userinput import (
+    check_local_path,
+    check_optional_text,
+    check_partition_column,
+    check_string_list,
+    check_uri,
+)
 from eventlog.vacuum import vacuum as vacuum_table
 from lockstore import SlotStore
 
@@ -100,8 +107,11 @@ class Table:
         ``schema`` defaults to ``data``'s. TableAlreadyExistsError if a table is there.
         Two concurrent creators (or writers to an empty path): one wins, the other gets
         ProtocolChangedException with the empty-directory hint (Delta's behaviour).
+        Text arguments are validated first (:mod:`eventlog.userinput`).
         """
-        log = LogStore(uri)
+        log = _log_store(uri)
+        name = check_optional_text(name, "table name")
+        description = check_optional_text(description, "table description")
         store = resolve_slots(slots, log)
         table = cls(log, store, None, retry_policy=retry_policy, app_id=app_id)
         latest = table.latest_version()
@@ -113,7 +123,7 @@ class Table:
                 raise InvalidInputError("Table.create needs a schema or data")
             schema = rows.schema
         arrow_schema = canonical_schema(schema)
-        parts = list(partition_by or ())
+        parts = check_string_list(partition_by or (), "partition column")
         for col in parts:
             if col not in arrow_schema.names:
                 raise ex_unknown(col, arrow_schema, "partition_by")
@@ -121,6 +131,7 @@ class Table:
                 raise InvalidInputError(
                     f"partition column {col!r} has nested type {arrow_schema.field(col).type}"
                 )
+            check_partition_column(col)
         if len(set(parts)) != len(parts):
             raise InvalidInputError(f"partition_by lists a column twice: {parts}")
         if parts and len(parts) == len(arrow_schema):
@@ -170,7 +181,7 @@ class Table:
         ones (:mod:`eventlog.groupcommit`; any slot store, best with one that notifies
         waiters: ZooKeeper or in-memory).
         """
-        log = LogStore(uri)
+        log = _log_store(uri)
         store = resolve_slots(slots, log)
         table = cls(log, store, None, retry_policy=retry_policy, app_id=app_id, group_commit=group_commit)
         table._snapshot = table._load(None)
@@ -184,12 +195,12 @@ class Table:
         For operations tools (``slots status``, ``slots repair --dry-run``) that must look
         at the slots before anything acts on them.
         """
-        log = LogStore(uri)
+        log = _log_store(uri)
         return cls(log, resolve_slots(slots, log), None)
 
     @staticmethod
     def exists(uri: str | os.PathLike[str]) -> bool:
-        log = LogStore(uri)
+        log = _log_store(uri)
         return bool(LogStore.commit_versions(log.list_log()))
 
     # ------------------------------------------------------------------ properties
@@ -543,6 +554,7 @@ class Table:
             _, files = prune_files(files, pred, snap.schema, snap.partition_columns)
             arrow_filter = ex.to_arrow(pred, schema=snap.schema)
         if columns is not None:
+            columns = check_string_list(columns, "column")
             for col in columns:
                 if col not in snap.schema.names:
                     raise ex_unknown(col, snap.schema, "columns")
@@ -597,7 +609,7 @@ def write_table(
     """
     if mode not in ("append", "overwrite", "error", "ignore"):
         raise InvalidInputError(f"mode must be append, overwrite, error or ignore; got {mode!r}")
-    log = LogStore(uri)
+    log = _log_store(uri)
     if not LogStore.commit_versions(log.list_log()):
         try:
             table = Table.create(uri, None, partition_by, properties, slots, data=data)
@@ -618,6 +630,18 @@ def write_table(
     if mode == "append":
         return table.append(data, schema_mode=schema_mode)
     return table.overwrite(data, replace_where=replace_where, schema_mode=schema_mode)
+
+
+def _log_store(uri: str | os.PathLike[str]) -> LogStore:
+    """The LogStore of a validated table URI; InvalidInputError for an unknown scheme."""
+    checked = check_uri(uri)
+    try:
+        log = LogStore(checked)
+    except ValueError as exc:  # fsspec: "Protocol not known: foo"
+        raise InvalidInputError(f"cannot use table URI {checked!r}: {exc}") from exc
+    if log.is_local:
+        check_local_path(log.root)
+    return log
 
 
 def ex_unknown(column: str, schema: pa.Schema, context: str) -> Exception:

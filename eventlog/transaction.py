@@ -48,6 +48,8 @@ from eventlog.actions import (
     Protocol,
     RemoveFile,
     SetTransaction,
+    action_name,
+    encode_action,
 )
 from eventlog.commitloop import CommitLoop, CommitResult
 from eventlog.conflicts import ReadSet, TransactionSummary
@@ -56,6 +58,7 @@ from eventlog.deletion_vectors import dv_file_path, write_deletion_vectors
 from eventlog.errors import (
     CommitStateUnknownError,
     InvalidInputError,
+    InvalidTextError,
     TransactionStateError,
 )
 from eventlog.isolation import IsolationLevel, effective_isolation_level
@@ -64,6 +67,13 @@ from eventlog.pruning import data_schema, prune_files
 from eventlog.rowlevel import CompactionSource, DvUpdate
 from eventlog.schema import from_spark_schema_json
 from eventlog.snapshot import Snapshot
+from eventlog.userinput import (
+    check_app_id,
+    check_json_text,
+    check_optional_text,
+    check_text,
+    check_txn_version,
+)
 
 if TYPE_CHECKING:
     from eventlog.table import Table
@@ -108,7 +118,7 @@ class Transaction:
         self._dv_updates: dict[str, DvUpdate] = {}
         self._pending_deletes: dict[str, tuple[AddFile, FrozenBitMap64, FrozenBitMap64, int]] = {}
         self._compaction: list[CompactionSource] = []
-        self.user_metadata: str | None = None
+        self._user_metadata: str | None = None
         self._state = "open"
 
     # ------------------------------------------------------------------ state
@@ -129,6 +139,15 @@ class Transaction:
         assert self.snapshot is not None
         return self.snapshot.schema
 
+    @property
+    def user_metadata(self) -> str | None:
+        """Delta's ``userMetadata``: free text recorded in this commit's commitInfo."""
+        return self._user_metadata
+
+    @user_metadata.setter
+    def user_metadata(self, value: str | None) -> None:
+        self._user_metadata = check_optional_text(value, "userMetadata")
+
     def _require_open(self) -> None:
         if self._state != "open":
             raise TransactionStateError(f"transaction {self.txn_id} is already {self._state}")
@@ -143,9 +162,7 @@ class Transaction:
                 f"transaction {self.txn_id} already runs {self._operation}; use one transaction per operation"
             )
         self._operation = operation
-        self._params = {
-            k: v if isinstance(v, str) else orjson.dumps(v).decode() for k, v in (parameters or {}).items()
-        }
+        self._params = {k: _param_json(operation, k, v) for k, v in (parameters or {}).items()}
         self._changes_data = changes_data
 
     def add_metrics(self, **metrics: int | str) -> None:
@@ -222,8 +239,8 @@ class Transaction:
     def set_app_transaction(self, app_id: str, version: int) -> None:
         """Write ``txn(appId, version)`` with this commit (idempotent writes, streaming)."""
         self._require_open()
-        if version < 0:
-            raise InvalidInputError(f"txn version must be a non-negative integer, got {version}")
+        app_id = check_app_id(app_id)
+        version = check_txn_version(version)
         existing = self._txns.get(app_id)
         if existing is not None and existing.version != version:
             raise InvalidInputError(
@@ -242,8 +259,8 @@ class Transaction:
             return True
         if app_id is None or version is None:
             raise InvalidInputError("Both txnVersion and txnAppId must be specified for idempotent writes.")
-        if version < 0:
-            raise InvalidInputError(f"txnVersion must be a non-negative integer, got {version}")
+        app_id = check_app_id(app_id)
+        version = check_txn_version(version, "txnVersion")
         if self.txn_version(app_id) >= version:
             self._skip = True
             return False
@@ -431,6 +448,7 @@ class Transaction:
         body.extend(self._removes)
         body.extend(self._adds)
         _reject_duplicate_files(self._adds, self._removes)
+        _reject_unencodable(body)
         table_level = IsolationLevel.of_table(self.metadata.configuration)
         level = effective_isolation_level(table_level, body, changes_data=self._changes_data)
         depends = bool(self._predicates) or bool(self._read_files) or self._whole_table
@@ -447,6 +465,7 @@ class Transaction:
             user_metadata=self.user_metadata,
             operation_metrics=self._metrics,
         )
+        _reject_unencodable([info])
         return body, info, level
 
     def summary(self, level: IsolationLevel, is_blind_append: bool) -> TransactionSummary:
@@ -524,6 +543,36 @@ def _reject_duplicate_files(adds: Sequence[AddFile], removes: Sequence[RemoveFil
         if r.key in gone or r.key in seen:
             raise InvalidInputError(f"file {r.path} is added or removed twice in one commit")
         gone.add(r.key)
+
+
+def _param_json(operation: str, key: str, value: Any) -> str:
+    """An operationParameters value as commitInfo holds it (strings as is, others as JSON)."""
+    what = f"{operation} parameter {key!r}"
+    if isinstance(value, str):
+        return check_text(value, what)
+    check_json_text(value, what)
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError as exc:
+        raise InvalidTextError(
+            f"{what} cannot be written to the log: {exc}", argument=what, reason=str(exc)
+        ) from None
+
+
+def _reject_unencodable(actions: Sequence[Action]) -> None:
+    """Backstop before staging: every action that carries user text (commitInfo, metadata,
+    txn, domain metadata) must encode as JSON, so a commit never fails half-prepared.
+    Data file actions are built by this library from Arrow (UTF-8) values and are skipped."""
+    for action in actions:
+        if isinstance(action, (AddFile, RemoveFile)):
+            continue
+        try:
+            encode_action(action)
+        except orjson.JSONEncodeError as exc:
+            what = f"{action_name(action)} action"
+            raise InvalidTextError(
+                f"the {what} cannot be written to the log: {exc}", argument=what, reason=str(exc)
+            ) from None
 
 
 def _now_ms() -> int:

@@ -38,6 +38,7 @@ from eventlog.schema import conform, from_spark_schema_json, merge_schema, to_sp
 from eventlog.storage import LogStore
 from eventlog.table import Table
 from eventlog.transaction import Transaction
+from eventlog.userinput import check_app_id, check_optional_text
 from spark_adapter.types import option, option_bool, option_int, spark_to_arrow_schema, table_uri
 
 __all__ = ["EventlogCommitMessage", "EventlogWriter", "WritePlan", "plan_write"]
@@ -88,6 +89,9 @@ def plan_write(options: Any, spark_schema: StructType, overwrite: bool) -> Write
     app_id, app_version = option(options, "txnAppId"), option_int(options, "txnVersion")
     if (app_id is None) != (app_version is None):
         raise InvalidInputError("Both txnVersion and txnAppId must be specified for idempotent writes.")
+    if app_id is not None:
+        check_app_id(app_id)
+    user_metadata = check_optional_text(option(options, "userMetadata"), "userMetadata")
     replace_where = option(options, "replaceWhere")
     if replace_where is not None and not overwrite:
         raise InvalidInputError("replaceWhere needs mode('overwrite'); an append replaces nothing")
@@ -132,7 +136,7 @@ def plan_write(options: Any, spark_schema: StructType, overwrite: bool) -> Write
         replace_where=replace_where,
         app_id=app_id,
         app_version=app_version,
-        user_metadata=option(options, "userMetadata"),
+        user_metadata=user_metadata,
         target_file_size=int(props.get(TARGET_FILE_SIZE_KEY, DEFAULT_TARGET_FILE_SIZE)),
         skip=skip,
         group_commit=option_bool(options, "groupCommit"),
