@@ -52,7 +52,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from eventlog.actions import (
     ENGINE_INFO,
@@ -64,6 +64,7 @@ from eventlog.actions import (
     decode_commit,
     encode_commit,
 )
+from eventlog.attempt import CommitAttempt, CommitResult
 from eventlog.conflicts import TransactionSummary, WinningCommit
 from eventlog.errors import (
     CommitStateUnknownError,
@@ -72,9 +73,6 @@ from eventlog.errors import (
 )
 from eventlog.snapshot import Commit
 from lockstore import SlotClaim, SlotStoreUnavailableError, default_owner
-
-if TYPE_CHECKING:
-    from eventlog.commitloop import CommitLoop, CommitResult
 
 log = logging.getLogger("eventlog.commit")
 
@@ -235,24 +233,25 @@ def _sum_metrics(all_metrics: Iterable[Mapping[str, str]]) -> dict[str, str]:
 class GroupCommitLoop:
     """The commit loop of a groupable commit (see the module docstring)."""
 
-    def __init__(self, loop: CommitLoop) -> None:
-        self.loop = loop
-        self.table = loop.table
-        self.slots = loop.table.slots
-        self.key = loop.table.key
-        self.txn_id = loop.txn.txn_id
-        self.checked = loop.txn.read_version
+    def __init__(self, attempt: CommitAttempt) -> None:
+        self.attempt = attempt
+        self.policy = attempt.target.retry_policy
+        self.table = attempt.target
+        self.slots = attempt.target.slots
+        self.key = attempt.target.key
+        self.txn_id = attempt.txn_id
+        self.checked = attempt.read_version
         self.queued = QueuedName(time.time_ns(), self.checked, self.txn_id)
         self.attempts = 0
         self.doubt_version: int | None = None  # a claim of ours whose outcome is not known yet
 
     def run(self) -> CommitResult:
-        loop, policy, table = self.loop, self.loop.policy, self.table
+        attempt, policy, table = self.attempt, self.policy, self.table
         # The queued file is also this writer's staged commit (what its own claims name).
-        loop.staged_name = self.queued.name
-        timer = loop.timer
+        attempt.staged_name = self.queued.name
+        timer = attempt.timer
         with timer.phase("stage"):
-            table.log.stage(loop.staged_name, loop._bytes(), atomic=True)
+            table.log.stage(attempt.staged_name, attempt.bytes(), atomic=True)
         started = policy.clock()
         last_error: BaseException | None = None
         progress = policy.clock()  # when the latest version last moved (or we arrived)
@@ -293,7 +292,7 @@ class GroupCommitLoop:
                         policy.sleep(policy.delay(max(self.attempts, 1)))
                     last_error = None
         except DeltaConcurrentModificationException:
-            table.log.delete_staged(loop.staged_name)  # safe: see the module docstring
+            table.log.delete_staged(attempt.staged_name)  # safe: see the module docstring
             raise
         except CommitStateUnknownError:
             raise
@@ -301,7 +300,7 @@ class GroupCommitLoop:
             # A leader may have carried this commit already: the outcome is unknown.
             raise self._unknown(f"failed while queued ({exc!r})") from exc
         except BaseException:
-            loop.txn.keep_files()  # interrupted while queued: the commit may still land
+            attempt.may_still_land = True  # interrupted while queued: keep the files it wrote
             raise
 
     def _catch_up(self, latest: int) -> int | None:
@@ -312,7 +311,7 @@ class GroupCommitLoop:
         for commit in winners:
             if self.txn_id in member_txn_ids(commit.commit_info):
                 return commit.version
-        self.loop.check_winners(winners)  # raises the conflict; rebases in memory
+        self.attempt.check_winners(winners)  # raises the conflict; rebases in memory
         self.checked = latest
         return None
 
@@ -345,17 +344,17 @@ class GroupCommitLoop:
         return {txn for c in self.table.commits_between(first, last) for txn in member_txn_ids(c.commit_info)}
 
     def _lead(self, latest: int) -> CommitResult | None:
-        loop, table = self.loop, self.table
+        attempt, table = self.attempt, self.table
         version = latest + 1
-        loop.last_version = version
-        with loop.timer.phase("gather"):
+        attempt.last_version = version
+        with attempt.timer.phase("gather"):
             members = self._gather(version)
         self.attempts += 1
         if len(members) == 1:
-            actions: list[Action] = [loop.info, *loop.body]
-            claim = SlotClaim(self.txn_id, loop.staged_name, default_owner(table.app_id))
+            actions: list[Action] = [attempt.info, *attempt.body]
+            claim = SlotClaim(self.txn_id, attempt.staged_name, default_owner(table.app_id))
             data = encode_commit(actions)
-            if data != table.log.read_staged(loop.staged_name):
+            if data != table.log.read_staged(attempt.staged_name):
                 # Rebased since it was queued: the queued file is never rewritten (a leader
                 # may be reading it), so the rebased commit is staged under a new name.
                 claim = dataclasses.replace(claim, staged=f"{self.txn_id}-{uuid.uuid4().hex[:8]}.json")
@@ -374,12 +373,12 @@ class GroupCommitLoop:
             claim = SlotClaim(group_id, f"group-{group_id}.json", default_owner(table.app_id), ids)
             table.log.stage(claim.staged, data)
         try:
-            with loop.timer.phase("claim"):
+            with attempt.timer.phase("claim"):
                 granted = self.slots.claim(self.key, version, claim)
         except SlotStoreUnavailableError:
             return self._after_unknown_claim(version, claim)
         if not granted:
-            if claim.staged != loop.staged_name:
+            if claim.staged != attempt.staged_name:
                 table.log.delete_staged(claim.staged)
             return None
         return self._publish(version, claim, data, actions, members)
@@ -388,13 +387,13 @@ class GroupCommitLoop:
         self, version: int, claim: SlotClaim, data: bytes, actions: list[Action], members: Sequence[Member]
     ) -> CommitResult | None:
         table = self.table
-        with self.loop.timer.phase("publish"):
+        with self.attempt.timer.phase("publish"):
             published = table.publish_claimed(version, claim.staged, data, claim.txn_id)
         if not published:
             return None  # a writer outside the slot store took the version: go again
         for member in members[1:]:
             table.log.delete_staged(member.queued.name)
-        if claim.staged != self.loop.staged_name:
+        if claim.staged != self.attempt.staged_name:
             table.log.delete_staged(claim.staged)
         table.note_committed(Commit(version, tuple(actions)))
         return self._done(version)
@@ -410,9 +409,9 @@ class GroupCommitLoop:
 
     def _gather(self, version: int) -> list[Member]:
         """This writer first, then the queued appends that may join at ``version``."""
-        loop, table = self.loop, self.table
-        own_ids = frozenset(a.app_id for a in loop.body if isinstance(a, SetTransaction))
-        members = [Member(self.queued, loop.info, tuple(loop.body), own_ids)]
+        attempt, table = self.attempt, self.table
+        own_ids = frozenset(a.app_id for a in attempt.body if isinstance(a, SetTransaction))
+        members = [Member(self.queued, attempt.info, tuple(attempt.body), own_ids)]
         queued = sorted(self._fresh_queued(version - 1), key=lambda q: q.enqueued_ns)
         queued = queued[: MAX_MEMBERS - 1]
         if not queued:
@@ -437,10 +436,10 @@ class GroupCommitLoop:
         return members
 
     def _done(self, version: int) -> CommitResult:
-        loop = self.loop
-        loop.table.log.delete_staged(loop.staged_name)
-        loop.txn.drop_unreferenced(loop.summary.adds)
-        return loop.result(version, max(self.attempts, 1))
+        attempt = self.attempt
+        self.table.log.delete_staged(attempt.staged_name)
+        attempt.drop_unreferenced()
+        return attempt.result(version, max(self.attempts, 1))
 
     def _unknown(self, reason: str) -> CommitStateUnknownError:
         """Leaving without knowing the outcome: withdraw from the queue if that is safe.
@@ -453,7 +452,7 @@ class GroupCommitLoop:
         withdrawn = False
         if self.doubt_version is None:
             with contextlib.suppress(OSError):  # best effort: the error raised says what is known
-                self.table.log.delete_staged(self.loop.staged_name)
+                self.table.log.delete_staged(self.attempt.staged_name)
                 withdrawn = True
         after = (
             "it was withdrawn from the queue, so only a leader claiming at this moment can still carry it"
@@ -464,5 +463,5 @@ class GroupCommitLoop:
             f"group commit of txn {self.txn_id} to {self.table.uri} {reason}; {after}: look its txn id "
             "up in the history before retrying",
             txn_id=self.txn_id,
-            version=self.loop.last_version,
+            version=self.attempt.last_version,
         )

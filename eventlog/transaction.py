@@ -51,7 +51,8 @@ from eventlog.actions import (
     action_name,
     encode_action,
 )
-from eventlog.commitloop import CommitLoop, CommitResult
+from eventlog.attempt import CommitAttempt, CommitResult, PendingCommit
+from eventlog.commitloop import CommitLoop
 from eventlog.conflicts import ReadSet, TransactionSummary
 from eventlog.datafiles import delete_files
 from eventlog.deletion_vectors import dv_file_path, write_deletion_vectors
@@ -61,6 +62,7 @@ from eventlog.errors import (
     InvalidTextError,
     TransactionStateError,
 )
+from eventlog.groupcommit import GroupCommitLoop, groupable
 from eventlog.isolation import IsolationLevel, effective_isolation_level
 from eventlog.merge import MergeBuilder
 from eventlog.pruning import data_schema, prune_files
@@ -412,24 +414,6 @@ class Transaction:
             self._state = "aborted"
         self._cleanup_data_files()
 
-    def drop_unreferenced(self, final_adds: Sequence[AddFile]) -> None:
-        """Delete files this transaction wrote that its final commit does not reference
-        (row-level resolution can drop a compaction or replace a DV file by an inline DV)."""
-        used = {a.path for a in final_adds}
-        used |= {
-            dv_relative_path(a.deletion_vector)
-            for a in final_adds
-            if a.deletion_vector is not None and a.deletion_vector.storage_type == "u"
-        }
-        unused = [p for p in self._created if p not in used]
-        self._created = []
-        if unused:
-            delete_files(self.table.log.fs, self.table.log.root, unused)
-
-    def keep_files(self) -> None:
-        """The commit may still land (group commit): never delete the files it wrote."""
-        self._created = []
-
     def _cleanup_data_files(self) -> None:
         if self._created:
             delete_files(self.table.log.fs, self.table.log.root, self._created)
@@ -506,6 +490,18 @@ class Transaction:
             and not snap.partition_columns
         )
 
+    def pending(self) -> PendingCommit:
+        """This transaction's prepared commit, as the commit loops take it (validates it)."""
+        body, info, level = self._prepare()
+        return PendingCommit(
+            txn_id=self.txn_id,
+            read_version=self.read_version,
+            info=info,
+            body=tuple(body),
+            summary=self.summary(level, bool(info.is_blind_append)),
+            created=tuple(self._created),
+        )
+
     def commit(self) -> CommitResult:
         """Validate against every commit that won since the read version, then publish."""
         self._require_open()
@@ -514,20 +510,23 @@ class Transaction:
             self._cleanup_data_files()
             return CommitResult(self.read_version, 0, self._operation or "", {}, self.txn_id, skipped=True)
         try:
-            body, info, level = self._prepare()
+            attempt = CommitAttempt(self.table, self.pending())
         except BaseException:
             self.abort()
             raise
         self._state = "committing"
+        grouped = self.table.group_commit and groupable(attempt.summary, attempt.body)
         try:
-            result = CommitLoop(self, body, info, level).run()
+            result = GroupCommitLoop(attempt).run() if grouped else CommitLoop(attempt).run()
         except CommitStateUnknownError:
             self._state = "unknown"  # keep every staged file: the commit may have landed
             raise
         except BaseException:
             self._state = "failed"
-            self._cleanup_data_files()
+            if not attempt.may_still_land:
+                self._cleanup_data_files()
             raise
+        self._created = []  # the loop deleted those the final commit does not reference
         self._state = "committed"
         return result
 

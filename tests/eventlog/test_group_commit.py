@@ -191,9 +191,9 @@ def test_groupable_rejects(change: dict[str, Any], body: list[Action]) -> None:
 
 
 def _summary_of(txn: Transaction) -> tuple[TransactionSummary, list[Action]]:
-    """What the commit loop decides on (mirrors ``CommitLoop.__init__``)."""
-    body, info, level = txn._prepare()
-    return txn.summary(level, bool(info.is_blind_append)), body
+    """What ``Transaction.commit`` decides on."""
+    pending = txn.pending()
+    return pending.summary, list(pending.body)
 
 
 def test_groupable_on_real_operations(local_uri: str) -> None:

@@ -270,11 +270,10 @@ def test_claimed_but_unpublished_slot_is_recovered_by_readers(local_uri: str) ->
     dead = Table.open(local_uri).transaction()
     dead.append(rows([2]))
     # Do what the commit loop does up to the claim, then "crash".
-    from eventlog.commitloop import CommitLoop
+    from eventlog.attempt import CommitAttempt
 
-    body, info, level = dead._prepare()
-    loop = CommitLoop(dead, body, info, level)
-    data = loop._bytes()
+    loop = CommitAttempt(dead.table, dead.pending())
+    data = loop.bytes()
     t.log.stage(loop.staged_name, data)
     slots = LocalFileSlotStore(os.path.join(local_uri, "_eventlog", "slots"))
     assert slots.claim(t.key, 2, SlotClaim(dead.txn_id, loop.staged_name))

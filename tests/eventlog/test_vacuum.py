@@ -80,16 +80,15 @@ def test_abandoned_staged_commits_older_than_the_retention_go(local_uri: str) ->
 def test_vacuum_publishes_a_claimed_commit_before_deleting_old_staged_files(local_uri: str) -> None:
     """A claimed, unpublished version is the commit point of its (dead) writer: VACUUM's
     refresh publishes it from the staged file first, however old that file is."""
-    from eventlog.commitloop import CommitLoop
+    from eventlog.attempt import CommitAttempt
     from lockstore import LocalFileSlotStore, SlotClaim
 
     t = Table.create(local_uri, SCHEMA)
     t.append(rows([1]))
     dead = Table.open(local_uri).transaction()
     dead.append(rows([2]))
-    body, info, level = dead._prepare()
-    loop = CommitLoop(dead, body, info, level)
-    t.log.stage(loop.staged_name, loop._bytes())
+    loop = CommitAttempt(dead.table, dead.pending())
+    t.log.stage(loop.staged_name, loop.bytes())
     slots = LocalFileSlotStore(os.path.join(local_uri, "_eventlog", "slots"))
     assert slots.claim(t.key, 2, SlotClaim(dead.txn_id, loop.staged_name))
     _age(Path(t.log.staged_path(loop.staged_name)), 2 * WEEK)
