@@ -30,13 +30,12 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyroaring import FrozenBitMap64
 
 from eventlog import expressions as ex
 from eventlog.actions import AddFile
 from eventlog.errors import InvalidInputError, MergeCardinalityError, PredicateError, UnknownColumnError
 from eventlog.operations import apply_assignments, check_append_only, to_arrow_table, write_rows
-from eventlog.scan import read_file_positions
+from eventlog.scan import FileScan, top_level_columns
 from eventlog.schema import conform
 
 if TYPE_CHECKING:
@@ -45,6 +44,7 @@ if TYPE_CHECKING:
 _FILE = "__eventlog_file"
 _ROW = "__eventlog_row"
 _SRC = "__eventlog_src"
+_IDX = "__eventlog_idx"
 
 
 @dataclass(frozen=True)
@@ -210,14 +210,14 @@ class _MergeClauses:
     ) -> dict[str, int]:  # fmt: skip
         txn = self.txn
         schema = self.target_schema
-        target = self._read_target(files)
+        target = self._read_target(files, target_pred)
         if target_pred is not None and target.num_rows:
             eligible = target.filter(ex.evaluate_mask(target_pred, target))
         else:
             eligible = target
         source = self.source.append_column(_SRC, pa.array(np.arange(self.source.num_rows, dtype=np.int64)))
         pairs = _join(eligible, source, keys)
-        joined = _gather(target, source, pairs, self.target_alias, self.source_alias)
+        joined = _gather(eligible, source, pairs, self.target_alias, self.source_alias)
         if residual and joined.num_rows:
             keep = ex.evaluate_mask(ex.conjoin(residual), joined, self._resolve)
             joined = joined.filter(keep)
@@ -235,7 +235,7 @@ class _MergeClauses:
             self._delete_by_dv(files, touched_ids, updates, deletes)
             rewritten = updates.select(schema.names) if updates.num_rows else None
         else:
-            rewritten = self._rewrite(target, touched_ids, updates, deletes)
+            rewritten = self._rewrite(touched_ids, updates, deletes)
             txn.remove_files(touched)
         out_parts = [t for t in (rewritten, inserted) if t is not None and t.num_rows]
         if out_parts:
@@ -248,24 +248,71 @@ class _MergeClauses:
             "numSourceRows": self.source.num_rows,
         }
 
-    def _read_target(self, files: list[AddFile]) -> pa.Table:
-        """Live target rows of ``files`` with their file id and live row index; remembers
-        each file's physical positions and DV for DV-based changes."""
+    def _needed_columns(self) -> list[str]:
+        """The target columns the join, the ON condition and the clauses read (schema order)."""
+        exprs: list[ex.Expr] = [self.on]
+        for clause in (*self.matched, *self.not_matched):
+            if clause.condition is not None:
+                exprs.append(clause.condition)
+            exprs.extend(clause.assignments.values())
+        t = self.target_alias
+        wanted = {c for e in exprs for c in top_level_columns(e, self.target_schema, qualifier=t)}
+        return [n for n in self.target_schema.names if n in wanted]
+
+    def _read_target(self, files: list[AddFile], target_pred: ex.Expr | None) -> pa.Table:
+        """The live target rows of ``files`` that may satisfy ``target_pred``: only the
+        columns the MERGE reads (:meth:`_needed_columns`), of only the row groups whose
+        statistics allow ``target_pred``, with their file id and physical position. Full
+        rows are read later, for the rows that need them (:meth:`_full_rows`)."""
         txn = self.txn
+        self._needed = self._needed_columns()
+        self._scans: list[FileScan] = []
+        self._whole: dict[int, tuple[pa.Table, np.ndarray]] = {}  # file id: every live row, positions
         parts = []
-        self._positions: list[tuple[np.ndarray, FrozenBitMap64, int]] = []
         for i, f in enumerate(files):
-            rows, positions, current, physical = read_file_positions(
+            scan = FileScan(
                 txn.table.log.fs, txn.table.log.root, f, self.target_schema, txn.metadata.partition_columns
             )
-            self._positions.append((positions, current, physical))
+            self._scans.append(scan)
+            rows, positions = scan.live_rows(self._needed, skip_by=target_pred)
             rows = rows.append_column(_FILE, pa.array(np.full(rows.num_rows, i, dtype=np.int64)))
-            rows = rows.append_column(_ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+            rows = rows.append_column(_ROW, pa.array(positions))
             parts.append(rows)
         if not parts:
-            empty = self.target_schema.append(pa.field(_FILE, pa.int64())).append(pa.field(_ROW, pa.int64()))
-            return empty.empty_table()
+            needed = pa.schema([self.target_schema.field(n) for n in self._needed])
+            return needed.append(pa.field(_FILE, pa.int64())).append(pa.field(_ROW, pa.int64())).empty_table()
         return pa.concat_tables(parts)
+
+    def _whole_file(self, fid: int) -> tuple[pa.Table, np.ndarray]:
+        """Every live row of file ``fid`` (all columns) and their physical positions, read once."""
+        got = self._whole.get(fid)
+        if got is None:
+            got = self._whole[fid] = self._scans[fid].live_rows()
+        return got
+
+    def _full_rows(self, file_ids: pa.ChunkedArray, positions: pa.ChunkedArray) -> pa.Table:
+        """All target columns of the rows at (file id, physical position), in that order.
+
+        With deletion vectors only the row groups holding them are read; without, the whole
+        file is read once, since the rewrite needs every row of it anyway."""
+        fids = np.asarray(file_ids.to_numpy(), dtype=np.int64)
+        pos = np.asarray(positions.to_numpy(), dtype=np.int64)
+        order = np.empty(len(fids), dtype=np.int64)
+        parts: list[pa.Table] = []
+        offset = 0
+        for fid in np.unique(fids):
+            at = np.flatnonzero(fids == fid)
+            wanted = np.unique(pos[at])
+            if self.txn.deletion_vectors_enabled:
+                parts.append(self._scans[fid].rows_at(wanted))
+            else:
+                rows, live = self._whole_file(int(fid))
+                parts.append(rows.take(pa.array(np.searchsorted(live, wanted), pa.int64())))
+            order[at] = offset + np.searchsorted(wanted, pos[at])
+            offset += len(wanted)
+        if not parts:
+            return self.target_schema.empty_table()
+        return pa.concat_tables(parts).take(pa.array(order, pa.int64()))
 
     def _apply_matched(self, joined: pa.Table) -> tuple[pa.Table, dict[int, set[int]]]:
         """(updated target rows with file/row ids, {file id: deleted row ids})."""
@@ -304,7 +351,10 @@ class _MergeClauses:
                 ):
                     deletes.setdefault(fid, set()).add(rid)
             else:
-                target_cols = pa.table({n: rows[f"{t}.{n}"] for n in self.target_schema.names})
+                if len(self._needed) == len(self.target_schema.names):
+                    target_cols = pa.table({n: rows[f"{t}.{n}"] for n in self.target_schema.names})
+                else:  # the joined rows hold only the columns the MERGE reads
+                    target_cols = self._full_rows(rows[f"{t}.{_FILE}"], rows[f"{t}.{_ROW}"])
                 new = apply_assignments(
                     target_cols,
                     None,
@@ -361,30 +411,29 @@ class _MergeClauses:
             ):
                 rows_by_file.setdefault(fid, set()).add(rid)
         for fid in sorted(touched):
-            positions, current, physical = self._positions[fid]
-            live_rows = np.fromiter(sorted(rows_by_file.get(fid, ())), dtype=np.int64)
-            self.txn.delete_rows(files[fid], positions[live_rows], current, physical)
+            scan = self._scans[fid]
+            positions = np.fromiter(sorted(rows_by_file.get(fid, ())), dtype=np.int64)
+            self.txn.delete_rows(files[fid], positions, scan.deleted, scan.num_rows)
         self.txn.flush_deletes()
 
-    def _rewrite(
-        self, target: pa.Table, touched: set[int], updates: pa.Table, deletes: dict[int, set[int]]
-    ) -> pa.Table | None:
+    def _rewrite(self, touched: set[int], updates: pa.Table, deletes: dict[int, set[int]]) -> pa.Table | None:
+        """Every row of the touched files but the updated and deleted ones, then the updates."""
         if not touched:
             return None
         t = self.target_alias
-        names = self.target_schema.names
-        in_touched = pc.is_in(target[_FILE], pa.array(sorted(touched), pa.int64()))
-        rows = target.filter(in_touched)
-        ids = pc.add(pc.multiply(rows[_FILE], 1 << 32), rows[_ROW])
-        drop: set[int] = {(fid << 32) + rid for fid, rids in deletes.items() for rid in rids}
+        drop: dict[int, set[int]] = {fid: set(rids) for fid, rids in deletes.items()}
         if updates.num_rows:
-            upd_ids = pc.add(pc.multiply(updates[f"{t}.{_FILE}"], 1 << 32), updates[f"{t}.{_ROW}"])
-            drop |= set(upd_ids.to_pylist())
-        keep = pc.invert(pc.is_in(ids, pa.array(sorted(drop), pa.int64())))
-        unchanged = rows.filter(keep).select(names)
-        parts = [unchanged]
+            for fid, rid in zip(
+                updates[f"{t}.{_FILE}"].to_pylist(), updates[f"{t}.{_ROW}"].to_pylist(), strict=True
+            ):
+                drop.setdefault(fid, set()).add(rid)
+        parts = []
+        for fid in sorted(touched):
+            rows, live = self._whole_file(fid)
+            gone = np.fromiter(drop.get(fid, ()), dtype=np.int64)
+            parts.append(rows.filter(pc.invert(pc.is_in(pa.array(live), pa.array(gone, pa.int64())))))
         if updates.num_rows:
-            parts.append(updates.select(names))
+            parts.append(updates.select(self.target_schema.names))
         return pa.concat_tables(parts)
 
 
@@ -416,11 +465,14 @@ def _unqualify(expr: ex.Expr) -> ex.Expr:
 
 
 def _join(target: pa.Table, source: pa.Table, keys: list[tuple[str, str]]) -> pa.Table:
-    """(target file, target row, source row) triples where all key pairs are equal and non-null."""
+    """(target row index, target file, target row, source row) where all key pairs are equal
+    and non-null; the index is the row's index in ``target``."""
     tk = [k for k, _ in keys]
     sk = [k for _, k in keys]
-    left = target.select([*tk, _FILE, _ROW]).rename_columns([f"k{i}" for i in range(len(tk))] + [_FILE, _ROW])
-    right = source.select([*sk, _SRC]).rename_columns([f"k{i}" for i in range(len(sk))] + [_SRC])
+    names = [f"k{i}" for i in range(len(tk))]
+    left = target.select([*tk, _FILE, _ROW]).rename_columns([*names, _FILE, _ROW])
+    left = left.append_column(_IDX, pa.array(np.arange(left.num_rows, dtype=np.int64)))
+    right = source.select([*sk, _SRC]).rename_columns([*names, _SRC])
     for i in range(len(keys)):
         left = left.filter(pc.is_valid(left[f"k{i}"]))
         right = right.filter(pc.is_valid(right[f"k{i}"]))
@@ -430,23 +482,13 @@ def _join(target: pa.Table, source: pa.Table, keys: list[tuple[str, str]]) -> pa
                 right = right.set_column(i, f"k{i}", pc.cast(right[f"k{i}"], lt))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
                 raise InvalidInputError(f"merge key types differ: target {lt} vs source {rt}") from exc
-    key_names = [f"k{i}" for i in range(len(keys))]
-    return left.join(right, keys=key_names, join_type="inner").select([_FILE, _ROW, _SRC])
+    return left.join(right, keys=names, join_type="inner").select([_IDX, _FILE, _ROW, _SRC])
 
 
 def _gather(target: pa.Table, source: pa.Table, pairs: pa.Table, t: str, s: str) -> pa.Table:
-    """Full target and source rows for each matched pair, columns named ``alias.column``."""
-    # Row positions in ``target``: files are concatenated in order, so offsets per file id.
-    file_ids = target[_FILE].to_numpy()
-    starts = np.searchsorted(file_ids, np.arange(int(file_ids.max()) + 1 if len(file_ids) else 0))
-    if pairs.num_rows:
-        pos = starts[pairs[_FILE].to_numpy()] + pairs[_ROW].to_numpy()
-        src_pos = pairs[_SRC].to_numpy()
-    else:
-        pos = np.array([], dtype=np.int64)
-        src_pos = np.array([], dtype=np.int64)
-    trows = target.take(pa.array(pos, pa.int64()))
-    srows = source.take(pa.array(src_pos, pa.int64()))
+    """The target and source rows of each matched pair, columns named ``alias.column``."""
+    trows = target.take(pairs[_IDX])
+    srows = source.take(pairs[_SRC])
     cols = {f"{t}.{n}": trows[n] for n in trows.schema.names}
     cols.update({f"{s}.{n}": srows[n] for n in srows.schema.names})
     return pa.table(cols)

@@ -37,7 +37,7 @@ from eventlog.errors import (
 from eventlog.isolation import ISOLATION_LEVEL_KEY, IsolationLevel
 from eventlog.protocol import DV_PROPERTY, upgrade
 from eventlog.rowlevel import CompactionSource, compaction_tag
-from eventlog.scan import read_file_positions, read_live_rows
+from eventlog.scan import FileScan, read_file_positions, read_live_rows
 from eventlog.schema import canonical_schema, conform, merge_schema, to_spark_schema_json
 from eventlog.userinput import check_string_map
 
@@ -324,21 +324,18 @@ def _live_rows(f: AddFile) -> int:
     return (f.num_records or 0) - dv
 
 
-def _matching_rows(
+def _matching_files(
     txn: Transaction, files: Sequence[AddFile], pred: ex.Expr | None
-) -> list[tuple[AddFile, pa.Table, pa.BooleanArray, np.ndarray, FrozenBitMap64, int]]:
-    """Per file with at least one live row matching ``pred``: (file, live rows, match mask,
-    physical positions of the live rows, current DV rows, physical row count)."""
+) -> list[tuple[FileScan, np.ndarray]]:
+    """Per file with at least one live row matching ``pred``: (the opened file, physical
+    positions of its matching live rows). Reads only the predicate's columns, of only the
+    row groups whose statistics allow a match; full rows are read later, where needed."""
     out = []
     for f in files:
-        rows, positions, current, physical = read_file_positions(
-            txn.table.log.fs, txn.table.log.root, f, txn.schema, txn.metadata.partition_columns
-        )
-        mask = (
-            ex.evaluate_mask(pred, rows) if pred is not None else pa.array(np.ones(rows.num_rows, dtype=bool))
-        )
-        if (pc.sum(mask).as_py() or 0) > 0:
-            out.append((f, rows, mask, positions, current, physical))
+        scan = FileScan(txn.table.log.fs, txn.table.log.root, f, txn.schema, txn.metadata.partition_columns)
+        matched = scan.matching_positions(pred)
+        if matched.size:
+            out.append((scan, matched))
     return out
 
 
@@ -366,14 +363,14 @@ def _remove_rows(txn: Transaction, files: Sequence[AddFile], pred: ex.Expr | Non
     touched: list[AddFile] = []
     survivors: list[pa.Table] = []
     deleted = 0
-    for f, rows, mask, positions, current, physical in _matching_rows(txn, files, pred):
-        deleted += pc.sum(mask).as_py() or 0
-        if use_dv:
-            txn.delete_rows(f, positions[mask.to_numpy(zero_copy_only=False)], current, physical)
-            touched.append(f)
+    for scan, matched in _matching_files(txn, files, pred):
+        deleted += matched.size
+        touched.append(scan.add)
+        if use_dv:  # nothing more to read: the positions are the deletion vector
+            txn.delete_rows(scan.add, matched, scan.deleted, scan.num_rows)
             continue
-        touched.append(f)
-        survivors.append(rows.filter(pc.invert(mask)))
+        rows, hit = scan.live_rows_marked(matched)
+        survivors.append(rows.filter(pc.invert(hit)))
     if use_dv:
         txn.flush_deletes()
         return len(touched), deleted, 0
@@ -429,17 +426,19 @@ def update(txn: Transaction, predicate: str | None, assignments: Mapping[str, st
     touched: list[AddFile] = []
     rewritten: list[pa.Table] = []
     updated = copied = 0
-    for f, rows, mask, positions, current, physical in _matching_rows(txn, files, pred):
-        hits = pc.sum(mask).as_py() or 0
-        touched.append(f)
+    for scan, matched in _matching_files(txn, files, pred):
+        hits = matched.size
+        touched.append(scan.add)
         updated += hits
         if use_dv:
-            # The old images become DV-deleted rows; the new images go to a new file.
-            txn.delete_rows(f, positions[mask.to_numpy(zero_copy_only=False)], current, physical)
-            rewritten.append(apply_assignments(rows.filter(mask), None, exprs, txn.schema))
+            # The old images become DV-deleted rows; the new images go to a new file: only
+            # the matched rows are read in full.
+            txn.delete_rows(scan.add, matched, scan.deleted, scan.num_rows)
+            rewritten.append(apply_assignments(scan.rows_at(matched), None, exprs, txn.schema))
         else:
+            rows, hit = scan.live_rows_marked(matched)
             copied += rows.num_rows - hits
-            rewritten.append(apply_assignments(rows, mask, exprs, txn.schema))
+            rewritten.append(apply_assignments(rows, hit, exprs, txn.schema))
     if rewritten:
         new_rows = conform(pa.concat_tables(rewritten), txn.schema, context="update")
         if use_dv:
