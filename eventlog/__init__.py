@@ -28,10 +28,11 @@ from eventlog.errors import (
     UnknownColumnError,
 )
 from eventlog.isolation import IsolationLevel
+from eventlog.optransaction import Transaction
 from eventlog.retry import RetryPolicy
 from eventlog.snapshot import Snapshot
 from eventlog.table import Table, write_table
-from eventlog.transaction import CommitResult, Transaction
+from eventlog.transaction import CommitResult
 
 __all__ = [
     "CommitFailedError",

@@ -30,7 +30,7 @@ from eventlog.datafiles import delete_files
 from eventlog.deletion_vectors import dv_file_path
 from eventlog.retry import RetryPolicy
 from eventlog.scan import file_deletes
-from eventlog.snapshot import Commit
+from eventlog.snapshot import Commit, Snapshot
 from eventlog.storage import LogStore
 from lockstore import SlotStore
 
@@ -54,7 +54,8 @@ class CommitResult:
 
 
 class CommitTarget(Protocol):
-    """The part of a table that a commit loop uses (:class:`eventlog.table.Table` is one)."""
+    """The part of a table that transactions and commit loops use (:class:`eventlog.table.Table`
+    is one): storage, slots, the latest version, past snapshots, reading and publishing commits."""
 
     @property
     def log(self) -> LogStore: ...
@@ -69,6 +70,7 @@ class CommitTarget(Protocol):
     retry_policy: RetryPolicy
     group_commit: bool
 
+    def snapshot(self, version: int | None = None) -> Snapshot: ...
     def latest_version(self, claimed: int | None = None) -> int: ...
     def commits_between(self, first: int, last: int) -> list[Commit]: ...
     def publish_claimed(self, version: int, staged_name: str, data: bytes, txn_id: str) -> bool: ...

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 import numpy as np
 import pyarrow as pa
@@ -37,9 +37,8 @@ from eventlog.errors import InvalidInputError, MergeCardinalityError, PredicateE
 from eventlog.operations import apply_assignments, check_append_only, to_arrow_table, write_rows
 from eventlog.scan import FileScan, top_level_columns
 from eventlog.schema import conform
-
-if TYPE_CHECKING:
-    from eventlog.transaction import CommitResult, Transaction
+from eventlog.transaction import CommitResult
+from eventlog.transaction import CoreTransaction as Transaction
 
 _FILE = "__eventlog_file"
 _ROW = "__eventlog_row"

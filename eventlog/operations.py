@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -39,10 +39,8 @@ from eventlog.protocol import DV_PROPERTY, upgrade
 from eventlog.rowlevel import CompactionSource, compaction_tag
 from eventlog.scan import FileScan, read_file_positions, read_live_rows
 from eventlog.schema import canonical_schema, conform, merge_schema, to_spark_schema_json
+from eventlog.transaction import CoreTransaction as Transaction
 from eventlog.userinput import check_string_map
-
-if TYPE_CHECKING:
-    from eventlog.transaction import Transaction
 
 APPEND_ONLY_KEY = "delta.appendOnly"
 TARGET_FILE_SIZE_KEY = "delta.targetFileSize"

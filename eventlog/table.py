@@ -40,6 +40,7 @@ from eventlog.operations import (
     validate_properties,
     write_rows,
 )
+from eventlog.optransaction import Transaction
 from eventlog.protocol import check_readable, protocol_for
 from eventlog.pruning import prune_files
 from eventlog.retry import DEFAULT_RETRY_POLICY, RetryPolicy
@@ -47,7 +48,7 @@ from eventlog.scan import read_live_rows
 from eventlog.schema import canonical_schema, conform, to_spark_schema_json
 from eventlog.snapshot import Commit, Snapshot
 from eventlog.storage import LogStore
-from eventlog.transaction import CommitResult, Transaction
+from eventlog.transaction import CommitResult
 from eventlog.userinput import (
     check_local_path,
     check_optional_text,

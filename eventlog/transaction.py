@@ -29,14 +29,13 @@ import dataclasses
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 import pyarrow as pa
 from pyroaring import BitMap64, FrozenBitMap64
 
 from eventlog import expressions as ex
-from eventlog import operations
 from eventlog.actions import (
     ENGINE_INFO,
     Action,
@@ -51,7 +50,7 @@ from eventlog.actions import (
     action_name,
     encode_action,
 )
-from eventlog.attempt import CommitAttempt, CommitResult, PendingCommit
+from eventlog.attempt import CommitAttempt, CommitResult, CommitTarget, PendingCommit
 from eventlog.commitloop import CommitLoop
 from eventlog.conflicts import ReadSet, TransactionSummary
 from eventlog.datafiles import delete_files
@@ -64,7 +63,6 @@ from eventlog.errors import (
 )
 from eventlog.groupcommit import GroupCommitLoop, groupable
 from eventlog.isolation import IsolationLevel, effective_isolation_level
-from eventlog.merge import MergeBuilder
 from eventlog.pruning import data_schema, prune_files
 from eventlog.rowlevel import CompactionSource, DvUpdate
 from eventlog.schema import from_spark_schema_json
@@ -77,10 +75,7 @@ from eventlog.userinput import (
     check_txn_version,
 )
 
-if TYPE_CHECKING:
-    from eventlog.table import Table
-
-__all__ = ["DV_PROPERTY", "CommitResult", "Transaction", "dv_relative_path"]
+__all__ = ["DV_PROPERTY", "CommitResult", "CoreTransaction", "dv_relative_path"]
 
 
 DV_PROPERTY = "delta.enableDeletionVectors"
@@ -91,10 +86,10 @@ def dv_relative_path(dv: DeletionVectorDescriptor) -> str:
     return dv_file_path("", dv).lstrip("/")
 
 
-class Transaction:
+class CoreTransaction:
     """One atomic change to a table; see the module docstring."""
 
-    def __init__(self, table: Table, snapshot: Snapshot | None) -> None:
+    def __init__(self, table: CommitTarget, snapshot: Snapshot | None) -> None:
         self.table = table
         self.snapshot = snapshot
         self.read_version = snapshot.version if snapshot is not None else -1
@@ -313,14 +308,12 @@ class Transaction:
         self._require_open()
         self._domains[domain] = DomainMetadata(domain, configuration, removed)
 
-    # ------------------------------------------------------------------ operations
+    # ------------------------------------------------------------------ staging
     #
-    # One rule for every operation, here and on :class:`Table`: running an operation only
-    # *stages* it (validates its input, records its reads, writes its new files, stages
-    # its actions); :meth:`commit` checks it against the commits that won meanwhile and
+    # One rule for every operation (see :mod:`eventlog.optransaction`): running it only
+    # *stages* it; :meth:`commit` checks it against the commits that won meanwhile and
     # publishes it. An operation that fails aborts the transaction, deleting whatever files
-    # it wrote, so the table is left exactly as it was. ``Table.delete(...)`` and the other
-    # one-shot methods are a transaction, one staged operation and a commit.
+    # it wrote, so the table is left exactly as it was.
 
     def stage(self, operation: Callable[[], object]) -> None:
         """Run ``operation`` (which stages actions on this transaction); on any error,
@@ -332,79 +325,9 @@ class Transaction:
             self.abort()
             raise
 
-    def append(self, data: pa.Table | pa.RecordBatch, *, schema_mode: str | None = None) -> None:
-        self.stage(lambda: operations.append(self, data, schema_mode=schema_mode))
-
-    def overwrite(
-        self,
-        data: pa.Table | pa.RecordBatch,
-        *,
-        replace_where: str | None = None,
-        schema_mode: str | None = None,
-    ) -> None:
-        self.stage(
-            lambda: operations.overwrite(self, data, replace_where=replace_where, schema_mode=schema_mode)
-        )
-
-    def append_files(
-        self, adds: Sequence[AddFile], *, schema: pa.Schema | None = None, num_rows: int | None = None
-    ) -> None:
-        """Append data files written elsewhere (e.g. by Spark tasks); see :mod:`operations`."""
-        self.stage(lambda: operations.append_files(self, adds, schema=schema, num_rows=num_rows))
-
-    def overwrite_files(
-        self,
-        adds: Sequence[AddFile],
-        *,
-        replace_where: str | None = None,
-        schema: pa.Schema | None = None,
-        num_rows: int | None = None,
-    ) -> None:
-        """Overwrite with data files written elsewhere; see :mod:`operations`."""
-        self.stage(
-            lambda: operations.overwrite_files(
-                self, adds, replace_where=replace_where, schema=schema, num_rows=num_rows
-            )
-        )
-
-    def delete(self, predicate: str | None = None) -> None:
-        self.stage(lambda: operations.delete(self, predicate))
-
-    def update(self, predicate: str | None = None, set: Mapping[str, str] | None = None) -> None:
-        self.stage(lambda: operations.update(self, predicate, set or {}))
-
-    def optimize(
-        self, *, zorder_by: Sequence[str] | None = None, partition_filter: str | None = None,
-        target_size: int | None = None,
-    ) -> None:  # fmt: skip
-        self.stage(
-            lambda: operations.optimize(
-                self, zorder_by=zorder_by, partition_filter=partition_filter, target_size=target_size
-            )
-        )
-
-    def restore(self, version: int) -> None:
-        self.stage(lambda: operations.restore(self, version))
-
     def require_no_concurrent_commits(self) -> None:
         """Fail the commit with ConcurrentWriteException if any commit wins first."""
         self._fail_on_any_winner = True
-
-    def set_properties(self, properties: Mapping[str, str]) -> None:
-        self.stage(lambda: operations.set_properties(self, properties))
-
-    def unset_properties(self, keys: Sequence[str]) -> None:
-        self.stage(lambda: operations.unset_properties(self, keys))
-
-    def add_columns(self, fields: Sequence[pa.Field]) -> None:
-        self.stage(lambda: operations.add_columns(self, fields))
-
-    def merge(
-        self, source: pa.Table, on: str, *, source_alias: str = "source", target_alias: str = "target"
-    ) -> MergeBuilder:
-        """Start a MERGE staged in this transaction: add clauses, then ``execute()`` stages it
-        and ``commit()`` publishes it."""
-        return MergeBuilder(self, source, on, source_alias=source_alias, target_alias=target_alias)
 
     # ------------------------------------------------------------------ commit
 

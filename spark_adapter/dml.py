@@ -49,11 +49,12 @@ from eventlog.operations import (
     removes_whole_files,
     zorder_permutation,
 )
+from eventlog.optransaction import Transaction
 from eventlog.rowlevel import CompactionSource, compaction_tag
 from eventlog.scan import file_deletes, read_file_positions, read_live_rows
 from eventlog.schema import conform, from_spark_schema_json
 from eventlog.storage import normalize_uri
-from eventlog.transaction import CommitResult, Transaction
+from eventlog.transaction import CommitResult
 
 log = logging.getLogger("spark_adapter.dml")
 

@@ -27,7 +27,8 @@ from eventlog.actions import AddFile
 from eventlog.errors import InvalidInputError, MergeCardinalityError, PredicateError, UnknownColumnError
 from eventlog.merge import MergeBuilder
 from eventlog.operations import check_append_only
-from eventlog.transaction import CommitResult, Transaction
+from eventlog.optransaction import Transaction
+from eventlog.transaction import CommitResult
 from spark_adapter.dml import (
     FILE_COL,
     POS_COL,

@@ -33,11 +33,11 @@ from eventlog.actions import AddFile, Metadata
 from eventlog.datafiles import DEFAULT_TARGET_FILE_SIZE, delete_files, write_data_files
 from eventlog.errors import InvalidInputError, TableNotFoundError
 from eventlog.operations import APPEND_ONLY_KEY, TARGET_FILE_SIZE_KEY
+from eventlog.optransaction import Transaction
 from eventlog.protocol import protocol_for
 from eventlog.schema import conform, from_spark_schema_json, merge_schema, to_spark_schema_json
 from eventlog.storage import LogStore
 from eventlog.table import Table
-from eventlog.transaction import Transaction
 from eventlog.userinput import check_app_id, check_optional_text
 from spark_adapter.types import option, option_bool, option_int, spark_to_arrow_schema, table_uri
 

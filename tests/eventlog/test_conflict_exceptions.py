@@ -22,10 +22,10 @@ from eventlog import (
     ProtocolChangedException,
     RetryPolicy,
     Table,
+    Transaction,
 )
 from eventlog.actions import Metadata, Protocol
 from eventlog.storage import LogStore
-from eventlog.transaction import Transaction
 from lockstore import InMemorySlotStore, SlotClaim
 from tests.conftest import SCHEMA, rows, sorted_ids
 
