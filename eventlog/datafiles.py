@@ -31,6 +31,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from eventlog.actions import AddFile
 from eventlog.errors import InvalidInputError, UnknownColumnError
+from eventlog.partition_values import escape_path_name
 from eventlog.schema import decode_partition_value, encode_partition_value
 from eventlog.stats import _has_minmax
 
@@ -56,19 +57,12 @@ _FETCH_BATCH_BYTES = 256 * 1024 * 1024  # compressed bytes fetched per batch (no
 _FETCH_THREADS = 16
 _EPOCH_DATE = dt.date(1970, 1, 1)
 
-# Hive/Spark ExternalCatalogUtils.charToEscape (plus NUL).
-_ESCAPED = {chr(c) for c in range(0x00, 0x20)} | set("\"#%'*/:=?\\\x7f{[]^")
 _WRITE_OPTIONS: dict[str, Any] = dict(
     compression="snappy",
     coerce_timestamps="us",
     use_deprecated_int96_timestamps=False,
     write_statistics=True,
 )
-
-
-def escape_path_name(value: str) -> str:
-    """Escape a partition directory component like Hive/Spark (``%XX`` for unsafe chars)."""
-    return "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in value)
 
 
 def _partition_dir(partition_columns: Sequence[str], values: Mapping[str, str | None]) -> str:

@@ -23,9 +23,16 @@ import pyarrow.compute as pc
 from eventlog.errors import InvalidInputError
 
 UTC = dt.UTC
+# Hive/Spark ExternalCatalogUtils.charToEscape (plus NUL).
+_ESCAPED = {chr(c) for c in range(0x00, 0x20)} | set("\"#%'*/:=?\\\x7f{[]^")
 # Decimal arithmetic on 38-digit values needs more than the default 28 digits of precision.
 _DEC = decimal.Context(prec=100)
 _EPOCH = dt.datetime(1970, 1, 1)
+
+
+def escape_path_name(value: str) -> str:
+    """Escape a partition directory component like Hive/Spark (``%XX`` for unsafe chars)."""
+    return "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in value)
 
 
 # --------------------------------------------------------------------------- partition values

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping
 import pyarrow as pa
 
 from eventlog.errors import InvalidTextError
+from eventlog.partition_values import escape_path_name
 
 MAX_NESTING_DEPTH = 32
 """Deepest nesting a SQL text may have: parentheses, brackets, ``CASE ... END`` and runs of
@@ -228,8 +229,6 @@ def check_schema(schema: pa.Schema) -> None:
 
 def check_partition_column(name: str) -> str:
     """A partition column name short enough for a partition directory name."""
-    from eventlog.datafiles import escape_path_name  # datafiles imports schema, which imports us
-
     size = len(escape_path_name(name).encode("utf-8"))
     if size > MAX_PARTITION_COLUMN_BYTES:
         raise InvalidTextError(

@@ -19,21 +19,18 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
 import fsspec
 
 from eventlog.actions import DeletionVectorDescriptor
-from eventlog.datafiles import escape_path_name
+from eventlog.attempt import CommitTarget
 from eventlog.errors import CorruptLogError, InvalidInputError
 from eventlog.operations import DEFAULT_DELETED_FILE_RETENTION, DELETED_FILE_RETENTION_KEY, parse_interval_ms
+from eventlog.partition_values import escape_path_name
 from eventlog.snapshot import Snapshot
 from eventlog.storage import LOG_DIR, STAGED_DIR, file_mtime_ms
 from eventlog.transaction import dv_relative_path
-
-if TYPE_CHECKING:
-    from eventlog.table import Table
 
 RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
 
@@ -59,7 +56,7 @@ def retention_ms(snapshot: Snapshot, retention_hours: float | None, *, enforce: 
     return retention
 
 
-def referenced_files(table: Table, horizon: int) -> set[str]:
+def referenced_files(table: CommitTarget, horizon: int) -> set[str]:
     """Table-relative paths (data and DV files) a version within retention may read."""
     snap = table.refresh()
     valid: set[str] = set()
@@ -138,7 +135,7 @@ def sweep(
             yield rel
 
 
-def abandoned_staged_commits(table: Table, horizon: int, dry_run: bool) -> list[str]:
+def abandoned_staged_commits(table: CommitTarget, horizon: int, dry_run: bool) -> list[str]:
     """Delete (or list) staged commits older than ``horizon``; their table-relative paths.
 
     Writers delete their staged commit once it is published or provably not committed, so
@@ -166,7 +163,7 @@ def abandoned_staged_commits(table: Table, horizon: int, dry_run: bool) -> list[
 
 
 def vacuum(
-    table: Table,
+    table: CommitTarget,
     retention_hours: float | None = None,
     *,
     dry_run: bool = False,
