@@ -9,12 +9,15 @@ operations: :class:`eventlog.table.Table` builds those on top.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
 import time
 import uuid
+import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -30,7 +33,7 @@ from lockstore import (
     SlotStore,
     SlotStoreUnavailableError,
 )
-from lockstore.registry import ENV_VAR, open_slot_store
+from lockstore.registry import ENV_VAR, open_slot_store, release_slot_store
 
 logger = logging.getLogger("eventlog.commitlog")
 
@@ -58,6 +61,24 @@ def resolve_slots(spec: SlotsSpec, log: LogStore) -> SlotStore:
     return LocalFileSlotStore(os.path.join(os.path.expanduser("~"), ".cache", "eventlog", "slots"))
 
 
+def acquire_slots(spec: SlotsSpec, log: LogStore) -> tuple[SlotStore, Callable[[], None] | None]:
+    """:func:`resolve_slots`, and how to give the store back once the table is done with it
+    (:func:`lockstore.registry.release_slot_store`); None for a store the caller passed in,
+    which stays the caller's to close."""
+    if isinstance(spec, SlotStore):
+        return spec, None
+    store = resolve_slots(spec, log)
+    return store, functools.partial(release_slot_store, store)
+
+
+def _release_quietly(release: Callable[[], None], uri: str) -> None:
+    # May run inside a garbage collection or at exit: never raise.
+    try:
+        release()
+    except Exception as exc:
+        logger.warning("%s: releasing the slot store failed: %s", uri, exc)
+
+
 class CommitLog:
     """Commits of one table: reading, caching, latest version, publishing, repair."""
 
@@ -67,6 +88,18 @@ class CommitLog:
         self._published = published  # versions known to be published (a watermark)
         self._commits: OrderedDict[int, Commit] = OrderedDict()
         self._lock = threading.RLock()
+        self._release: Callable[[], object] | None = None
+
+    def own_slots(self, release: Callable[[], None]) -> None:
+        """Call ``release`` once, when this log is closed or garbage collected (or at exit):
+        the table opened the slot store and gives it back then. ``release`` must not refer
+        to this log (a ``weakref.finalize`` holds it)."""
+        self._release = weakref.finalize(self, _release_quietly, release, self.uri)
+
+    def close(self) -> None:
+        """Give back the slot store this log opened (:meth:`own_slots`). Idempotent, any thread."""
+        if self._release is not None:
+            self._release()
 
     @property
     def uri(self) -> str:

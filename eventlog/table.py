@@ -15,14 +15,14 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 import pyarrow as pa
 
 from eventlog import expressions as ex
 from eventlog.actions import Metadata
 from eventlog.checkpoint import CheckpointState, find_latest_checkpoint, read_checkpoint, write_checkpoint
-from eventlog.commitlog import CommitLog, SlotsSpec, resolve_slots
+from eventlog.commitlog import CommitLog, SlotsSpec, acquire_slots
 from eventlog.errors import (
     CorruptLogError,
     InvalidInputError,
@@ -113,10 +113,11 @@ class Table:
         log = _log_store(uri)
         name = check_optional_text(name, "table name")
         description = check_optional_text(description, "table description")
-        store = resolve_slots(slots, log)
-        table = cls(log, store, None, retry_policy=retry_policy, app_id=app_id)
+        table = cls._with_slots(log, slots, retry_policy=retry_policy, app_id=app_id)
+        store = table.slots
         latest = table.latest_version()
         if latest >= 0:
+            table.close()
             raise TableAlreadyExistsError(log.uri, latest)
         rows = to_arrow_table(data) if data is not None else None
         if schema is None:
@@ -183,10 +184,15 @@ class Table:
         waiters: ZooKeeper or in-memory).
         """
         log = _log_store(uri)
-        store = resolve_slots(slots, log)
-        table = cls(log, store, None, retry_policy=retry_policy, app_id=app_id, group_commit=group_commit)
-        table._snapshot = table._load(None)
-        store.bind(table.key, table._snapshot.table_id)
+        table = cls._with_slots(
+            log, slots, retry_policy=retry_policy, app_id=app_id, group_commit=group_commit
+        )
+        try:
+            table._snapshot = table._load(None)
+            table.slots.bind(table.key, table._snapshot.table_id)
+        except BaseException:
+            table.close()
+            raise
         return table
 
     @classmethod
@@ -196,8 +202,33 @@ class Table:
         For operations tools (``slots status``, ``slots repair --dry-run``) that must look
         at the slots before anything acts on them.
         """
-        log = _log_store(uri)
-        return cls(log, resolve_slots(slots, log), None)
+        return cls._with_slots(_log_store(uri), slots)
+
+    @classmethod
+    def _with_slots(cls, log: LogStore, slots: SlotsSpec, **options: Any) -> Table:
+        """A handle on ``log`` that owns the slot store it opens for ``slots`` (see :meth:`close`)."""
+        store, release = acquire_slots(slots, log)
+        table = cls(log, store, None, **options)
+        if release is not None:
+            table.commitlog.own_slots(release)
+        return table
+
+    def close(self) -> None:
+        """Give back the slot store this handle opened. Idempotent, safe from any thread.
+
+        Tables of one process that name one slot store (``slots=`` spec or
+        ``$EVENTLOG_SLOTS``) share it; the last of them to close (or to be garbage
+        collected) closes it, and with it the ZooKeeper connection. A ``SlotStore`` passed
+        in as ``slots=`` stays open: it is its owner's to close. Do not use the handle
+        afterwards (with a closed ZooKeeper store, calls fail with ``SlotStoreClosedError``).
+        """
+        self.commitlog.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @staticmethod
     def exists(uri: str | os.PathLike[str]) -> bool:

@@ -64,6 +64,11 @@ class SlotStoreUnavailableError(LockstoreError):
     """The store could not be reached; the outcome of the call in flight is unknown."""
 
 
+class SlotStoreClosedError(LockstoreError):
+    """The store was closed (by :meth:`SlotStore.close`, or by the last table using it)
+    before or during the call; nothing more is sent through it. Open a new one."""
+
+
 class SlotNotClaimedError(LockstoreError):
     """``mark_complete`` or a repair on a version nobody claimed."""
 
@@ -209,8 +214,17 @@ class SlotStore(ABC):
         """
         return None
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` released this store's connection (False for stores without one)."""
+        return False
+
     def close(self) -> None:  # noqa: B027 - optional hook, default no-op
-        """Release connections and resources. Idempotent."""
+        """Release connections and resources. Idempotent, and safe to call from any thread.
+
+        A store that holds a connection (ZooKeeper) raises :class:`SlotStoreClosedError`
+        from every call after it; stores without one (in-memory, local file) keep working.
+        """
 
     def __enter__(self) -> SlotStore:
         return self

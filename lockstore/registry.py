@@ -6,15 +6,22 @@
   loaded by name only when asked for, so nothing imports kazoo unless it is used.
 
 Any other scheme is refused with :class:`UnknownSlotStoreError`.
+
+Sharing: one store (one ZooKeeper session) per spec per process, for as long as someone
+uses it. :func:`open_slot_store` counts a use; :func:`release_slot_store` gives one back,
+and the last one closes the store (tables do this on ``close()`` and when collected). The
+registry holds stores weakly: a store that nobody references any more is garbage
+collected, and collection closes its connection, whether or not its uses were given back.
 """
 
 from __future__ import annotations
 
-import atexit
 import importlib
 import os
 import threading
+import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from lockstore.base import LockstoreError, SlotStore
@@ -39,37 +46,75 @@ class UnknownSlotStoreError(LockstoreError):
         self.spec = spec
 
 
+@dataclass
+class _Entry:
+    store: weakref.ref[SlotStore]
+    uses: int
+
+
 # One store (one ZooKeeper session, one connection) per spec per process: opening many
 # tables, or one table many times, must not leak connections. Keyed by pid so a forked
-# child never reuses its parent's session.
-_SHARED: dict[tuple[int, str], SlotStore] = {}
-_SHARED_LOCK = threading.Lock()
+# child never reuses its parent's session. Held weakly (see the module docstring). The lock
+# is reentrant: a garbage collection while it is held may finalize a table, whose finalizer
+# releases its store here on the same thread; every loop below iterates over a copy.
+_SHARED: dict[tuple[int, str], _Entry] = {}
+_SHARED_LOCK = threading.RLock()
 
 
 def open_slot_store(spec: str, *, shared: bool = True) -> SlotStore:
     """The slot store named by ``spec`` (see the module docstring).
 
-    Stores that hold connections are shared per process unless ``shared=False``; they
-    are closed when the process exits.
+    Shared per process unless ``shared=False``: every call with one spec returns the same
+    store while it is open, and counts one use of it. Give the use back with
+    :func:`release_slot_store`; the last use closes the store. A store nobody references
+    is closed when it is garbage collected (or at exit). ``store.close()`` closes it for
+    every user at once; the next call then opens a new one. With ``shared=False`` the
+    caller owns a new store and closes it.
     """
     if not shared:
         return _open(spec)
     key = (os.getpid(), spec)
     with _SHARED_LOCK:
-        store = _SHARED.get(key)
-        if store is None or getattr(store, "closed", False):
+        _forget_dead()
+        entry = _SHARED.get(key)
+        store = entry.store() if entry is not None else None
+        if entry is None or store is None or store.closed:
             store = _open(spec)
-            _SHARED[key] = store
+            entry = _Entry(weakref.ref(store), 0)
+            _SHARED[key] = entry
+        entry.uses += 1
         return store
 
 
-@atexit.register
-def _close_shared() -> None:
+def release_slot_store(store: SlotStore) -> None:
+    """Give back one use of a store from :func:`open_slot_store`; the last one closes it.
+
+    A store the registry does not share (``shared=False``, or made elsewhere) is closed.
+    Safe from any thread; call it once per use (a table does, on close or collection).
+    """
     with _SHARED_LOCK:
-        stores = [s for (pid, _), s in _SHARED.items() if pid == os.getpid()]
-        _SHARED.clear()
-    for store in stores:
-        store.close()
+        entry = next((e for e in list(_SHARED.values()) if e.store() is store), None)
+        if entry is not None:
+            entry.uses -= 1
+            if entry.uses > 0:
+                return
+            _forget_dead(store)
+    store.close()
+
+
+def shared_slot_stores() -> list[SlotStore]:
+    """The open stores shared by this process (for tests and operations tools)."""
+    with _SHARED_LOCK:
+        stores = [e.store() for (pid, _), e in _SHARED.items() if pid == os.getpid()]
+    return [s for s in stores if s is not None and not s.closed]
+
+
+def _forget_dead(store: SlotStore | None = None) -> None:
+    """Drop entries whose store was collected, is closed, or is ``store`` (lock held)."""
+    for key, entry in list(_SHARED.items()):
+        current = entry.store()
+        if current is None or current is store or current.closed:
+            del _SHARED[key]
 
 
 def _open(spec: str) -> SlotStore:

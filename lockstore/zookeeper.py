@@ -44,16 +44,31 @@ its transaction id up with :meth:`find_txn` before retrying. While the session i
 SUSPENDED, calls wait (bounded by ``timeout``) for it to come back instead of sending;
 after LOST, kazoo opens a new session and the store re-registers its session node. No call
 waits longer than ``timeout`` seconds.
+
+Closing: :meth:`ZooKeeperSlotStore.close` (idempotent, from any thread) sends the pending
+completion marks, then stops the kazoo client and its threads; afterwards every call raises
+:class:`~lockstore.base.SlotStoreClosedError`. A store that is garbage collected unclosed is
+closed by a finalizer (and at interpreter exit at the latest): kazoo's threads refer to the
+store's connection only, never to the store, so an unused store can be collected.
+
+Giving up: while no server answers, kazoo reconnects in the background for at most
+``reconnect_timeout`` seconds (default 60; counted from the first failed reconnect), then the
+store stops the client and its threads, so a client whose servers are gone never retries
+forever. The store stays usable: its next call opens a new session, bounded by ``timeout``,
+or raises :class:`SlotStoreUnavailableError` (and the next call tries again).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import logging
+import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
@@ -61,8 +76,8 @@ from urllib.parse import parse_qs, unquote, urlparse
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
+    ConnectionClosedError,
     ConnectionLoss,
-    KazooException,
     NodeExistsError,
     NoNodeError,
     OperationTimeoutError,
@@ -70,7 +85,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import KazooState
+from kazoo.protocol.states import KazooState, KeeperState
 from kazoo.retry import KazooRetry
 from kazoo.security import ACL, make_acl, make_digest_acl
 
@@ -80,6 +95,7 @@ from lockstore.base import (
     SlotNotClaimedError,
     SlotRecord,
     SlotStore,
+    SlotStoreClosedError,
     SlotStoreUnavailableError,
     TableBindingError,
     default_owner,
@@ -90,9 +106,12 @@ log = logging.getLogger("lockstore.zookeeper")
 DEFAULT_CHROOT = "/eventlog"
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_RETAIN = 1000
+DEFAULT_RECONNECT_TIMEOUT = 60.0  # background reconnecting stops after this long without a server
 MARK_FLUSH_SECONDS = 0.5  # completion marks of own claims are sent in batches this often
 # Errors meaning "the server may or may not have applied the request".
 _AMBIGUOUS = (ConnectionLoss, OperationTimeoutError, KazooTimeoutError, SessionExpiredError)
+# Client states in which kazoo's connection loop has ended by itself (unless we stopped it).
+_LOOP_ENDED = (KeeperState.CLOSED, KeeperState.AUTH_FAILED)
 
 
 class InvalidSlotStoreUriError(LockstoreError):
@@ -104,13 +123,201 @@ def table_node_name(table: str) -> str:
     return hashlib.sha1(table.encode()).hexdigest()[:20]
 
 
+class _Connection:
+    """The kazoo client of one store, and all the state kazoo's threads touch.
+
+    Kazoo's threads (state listener, watches, async callbacks) and the mark flusher refer to
+    this object only, never to the store: a store nobody uses can be garbage collected, and
+    its finalizer closes this connection. Starting, stopping and reconnecting the client are
+    serialised by one lock; :meth:`close` is idempotent and safe from any thread (from one of
+    kazoo's own threads it stops the client on a helper thread: ``stop()`` joins them).
+    """
+
+    def __init__(self, client: KazooClient, hosts: str, timeout: float) -> None:
+        self.client = client
+        self.hosts = hosts
+        self.timeout = timeout
+        self.pid = os.getpid()
+        self.connected = threading.Event()
+        self.lost = threading.Event()
+        self.gave_up = threading.Event()  # the loop stopped reconnecting; the next call reconnects
+        self.session_node_registered = False
+        self.lock = threading.Lock()  # the pending marks (and the store's caches)
+        self.pending_marks: dict[str, bytes] = {}  # slot path -> payload marked complete
+        self.closed = False
+        self._close_lock = threading.Lock()
+        self._life_lock = threading.Lock()  # client.start / client.stop
+        self._stopping = False  # set while we start or stop the client: its LOST is ours
+        self._generation = 0  # bumped by every reconnect: a stale give-up must not stop it
+        self._flusher: threading.Thread | None = None
+        self._flusher_stop = threading.Event()
+        client.add_listener(self._on_state)
+
+    # -- state (kazoo's connection thread) ---------------------------------------------
+
+    def _on_state(self, state: str) -> None:
+        # Runs on kazoo's connection thread: only flip flags here, never call ZooKeeper.
+        if state == KazooState.CONNECTED:
+            self.connected.set()
+        elif state == KazooState.SUSPENDED:
+            self.connected.clear()
+        elif state == KazooState.LOST:
+            self.connected.clear()
+            self.lost.set()
+            self.session_node_registered = False
+            if not self._stopping and not self.closed and self.client.client_state in _LOOP_ENDED:
+                # The connection loop ended by itself: reconnect_timeout passed without a
+                # server (or authentication failed). Its worker threads would idle forever:
+                # stop them, from another thread (stop() joins this one).
+                self.gave_up.set()
+                log.warning(
+                    "ZooKeeper at %s unreachable for the whole reconnect timeout (%s): "
+                    "stopped reconnecting; the next call tries again",
+                    self.hosts,
+                    self.client.client_state,
+                )
+                threading.Thread(
+                    target=self._retire, args=(self._generation,), name="lockstore-zk-retire", daemon=True
+                ).start()
+
+    def _retire(self, generation: int) -> None:
+        with self._life_lock:
+            if self.closed or generation != self._generation or not self.gave_up.is_set():
+                return
+            self._stop_client()
+
+    def _stop_client(self) -> None:
+        """Stop and close the client (its threads end); the caller holds the life lock."""
+        self._stopping = True
+        try:
+            self.client.stop()
+            self.client.close()
+        except Exception as exc:  # kazoo's WriterNotClosedException, a join from its own thread...
+            log.warning("stopping the ZooKeeper client of %s failed: %s", self.hosts, exc)
+        finally:
+            self._stopping = False
+
+    # -- connecting ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect; SlotStoreUnavailableError when no server answers within ``timeout``."""
+        with self._life_lock:
+            self._connect()
+
+    def reconnect(self) -> None:
+        """A new session after the client gave up reconnecting (bounded by ``timeout``)."""
+        with self._life_lock:
+            if self.closed:
+                raise SlotStoreClosedError(f"the slot store of ZooKeeper at {self.hosts} is closed")
+            if not self.gave_up.is_set():
+                return  # another caller reconnected meanwhile
+            self._generation += 1
+            self._stop_client()  # a no-op unless the retiring thread has not run yet
+            self._connect()
+
+    def _connect(self) -> None:
+        self._stopping = True  # a start that times out stops the client: that LOST is ours
+        try:
+            self.client.start(timeout=self.timeout)
+        except KazooTimeoutError as exc:  # kazoo stopped and closed the client itself
+            raise SlotStoreUnavailableError(
+                f"cannot connect to ZooKeeper at {self.hosts} within {self.timeout}s"
+            ) from exc
+        finally:
+            self._stopping = False
+        self.connected.set()
+        self.gave_up.clear()
+
+    # -- completion marks ------------------------------------------------------------------
+
+    def start_flusher(self) -> None:
+        """Start the background flush of completion marks (once); the caller holds ``lock``."""
+        if self._flusher is None and not self.closed:
+            self._flusher = threading.Thread(target=self._flush_loop, name="lockstore-zk-marks", daemon=True)
+            self._flusher.start()
+
+    def _flush_loop(self) -> None:
+        while not self._flusher_stop.wait(MARK_FLUSH_SECONDS):
+            try:
+                self.flush_marks()
+            except Exception as exc:  # keep flushing: the next round sends the next marks
+                log.info("flushing completion marks failed (repair will complete them): %s", exc)
+
+    def flush_marks(self, timeout: float | None = None) -> None:
+        """See :meth:`ZooKeeperSlotStore.flush_marks`."""
+        with self.lock:
+            pending, self.pending_marks = self.pending_marks, {}
+        if not pending or (self.closed and timeout is None):
+            return
+        client = self.client
+        txn = client.transaction()
+        for path, data in pending.items():
+            txn.set_data(path, data, version=0)
+        request = txn.commit_async()
+
+        def fallback(result: Any) -> None:
+            failed = result.exception is not None or any(isinstance(r, Exception) for r in result.value)
+            if failed:  # one of them completed (or pruned) elsewhere: send the others alone
+                for path, data in pending.items():
+                    client.set_async(path, data, version=0).rawlink(_log_async_failure)
+
+        request.rawlink(fallback)
+        if timeout is not None:
+            with contextlib.suppress(Exception):  # best effort: repair completes stragglers
+                _wait(request, timeout)
+
+    # -- closing ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Send the pending marks, stop the client and its threads. Idempotent, any thread."""
+        with self._close_lock:
+            if self.closed:
+                return
+            self.closed = True
+        self._flusher_stop.set()
+        if os.getpid() != self.pid:
+            return  # a forked child: the socket and the session are its parent's
+        if self._on_client_thread():
+            threading.Thread(target=self._shutdown, name="lockstore-zk-close", daemon=True).start()
+        else:
+            self._shutdown()
+
+    def _on_client_thread(self) -> bool:
+        current = threading.current_thread()
+        workers = getattr(self.client.handler, "_workers", ())
+        routine = getattr(getattr(self.client, "_connection", None), "_connection_routine", None)
+        return current is routine or current in workers
+
+    def _shutdown(self) -> None:
+        try:
+            # Marks only help operators (repair completes stragglers): wait briefly, and only
+            # for a connection that may come back, never for a client that gave up.
+            pending = bool(self.pending_marks) and not self.gave_up.is_set()
+            if pending and self.connected.wait(min(self.timeout, 2.0)):
+                self.flush_marks(timeout=self.timeout)
+        except Exception as exc:
+            log.info("sending completion marks at close failed (repair will): %s", exc)
+        with self._life_lock:
+            self._stop_client()
+        flusher = self._flusher
+        if flusher is not None and flusher is not threading.current_thread():
+            flusher.join(timeout=4 * MARK_FLUSH_SECONDS)
+
+
 class ZooKeeperSlotStore(SlotStore):
     """Version slots in ZooKeeper; see the module docstring for layout and state machine.
 
     ``hosts``: "host:port,host:port"; ``chroot``: path prefix for all znodes; ``auth``:
     ``(user, password)`` for digest authentication, which also puts ACLs on every znode
     the store creates (full rights for that user, read for everyone); ``timeout``: upper
-    bound, in seconds, on every call (connection, session wait, each request).
+    bound, in seconds, on every call (connection, session wait, each request), and the
+    session timeout; ``reconnect_timeout``: how long the client keeps reconnecting in the
+    background once no server answers, before it stops (see "Giving up" in the module
+    docstring; shorter than ``timeout`` ends a session that could have survived).
+    ``client``: a kazoo client to use instead of one built from these settings; the store
+    starts it, and stops and closes it on :meth:`close`.
+
+    :meth:`close` (or ``with store:``) releases the connection; so does garbage collection.
     """
 
     def __init__(
@@ -123,9 +330,12 @@ class ZooKeeperSlotStore(SlotStore):
         retain: int = DEFAULT_RETAIN,
         app_id: str | None = None,
         client: KazooClient | None = None,
+        reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT,
     ) -> None:
         if not chroot.startswith("/"):
             raise InvalidSlotStoreUriError(f"chroot must start with '/', got {chroot!r}")
+        if reconnect_timeout <= 0:
+            raise ValueError(f"reconnect_timeout must be positive, got {reconnect_timeout}")
         self.hosts = hosts
         self.chroot = chroot.rstrip("/") or ""
         self.timeout = timeout
@@ -135,50 +345,41 @@ class ZooKeeperSlotStore(SlotStore):
         if auth is not None:
             self._acl = [make_digest_acl(auth[0], auth[1], all=True), make_acl("world", "anyone", read=True)]
         self._owner = default_owner(app_id)
-        self._connected = threading.Event()
-        self._lost = threading.Event()
         self._counter_versions: dict[str, tuple[int, int]] = {}  # table -> (latest, znode version)
         # Payloads of slots this store claimed and has not completed: completing them needs
         # no read (the slot znode is still at version 0 unless someone else completed it).
         self._own: dict[tuple[str, int], dict[str, Any]] = {}
-        self._lock = threading.Lock()
-        self._pending_marks: dict[str, bytes] = {}  # slot path -> payload marked complete
-        self._flusher: threading.Thread | None = None
-        self._closed = False
-        self._client = client or KazooClient(
+        kazoo = client or KazooClient(
             hosts=hosts,
             timeout=timeout,
-            connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
+            # Reconnect quickly, but not forever: after reconnect_timeout without a server
+            # the loop ends and the store stops the client (the next call reconnects).
+            connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0, deadline=reconnect_timeout),
             auth_data=[("digest", f"{auth[0]}:{auth[1]}")] if auth else None,
         )
-        self._client.add_listener(self._on_state)
+        self._conn = _Connection(kazoo, hosts, timeout)
+        self._lock = self._conn.lock
+        self._connected = self._conn.connected
+        self._lost = self._conn.lost
+        # Closes the connection when the store is closed, collected, or at exit. It refers to
+        # the connection only: nothing that kazoo's threads reach refers to the store.
+        self._finalizer = weakref.finalize(self, self._conn.close)
         try:
-            self._client.start(timeout=timeout)
-        except KazooTimeoutError as exc:
-            self._client.close()
-            raise SlotStoreUnavailableError(
-                f"cannot connect to ZooKeeper at {hosts} within {timeout}s"
-            ) from exc
-        self._connected.set()
-        self._session_node_registered = False
-        self._ensure_session_node()
+            self._conn.start()
+            self._ensure_session_node()
+        except BaseException:
+            self._finalizer()
+            raise
 
     # ------------------------------------------------------------------ session state
 
-    def _on_state(self, state: str) -> None:
-        # Runs on kazoo's event thread: only flip flags here, never call ZooKeeper.
-        if state == KazooState.CONNECTED:
-            self._connected.set()
-        elif state == KazooState.SUSPENDED:
-            self._connected.clear()
-        elif state == KazooState.LOST:
-            self._connected.clear()
-            self._lost.set()
-            self._session_node_registered = False
+    @property
+    def _client(self) -> KazooClient:
+        return self._conn.client
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._conn.closed
 
     @property
     def session_id(self) -> int | None:
@@ -187,13 +388,16 @@ class ZooKeeperSlotStore(SlotStore):
 
     def _await_session(self) -> None:
         """Wait (bounded) while the session is suspended; never send while disconnected."""
-        if self._closed:
-            raise LockstoreError("the slot store is closed")
-        if not self._connected.wait(self.timeout):
+        conn = self._conn
+        if conn.closed:
+            raise SlotStoreClosedError(f"the slot store of ZooKeeper at {self.hosts} is closed")
+        if conn.gave_up.is_set():
+            conn.reconnect()  # the client stopped reconnecting in the background: a new session
+        if not conn.connected.wait(self.timeout):
             raise SlotStoreUnavailableError(
                 f"ZooKeeper at {self.hosts} unreachable for {self.timeout}s (session suspended)"
             )
-        if not self._session_node_registered:
+        if not conn.session_node_registered:
             self._ensure_session_node()
 
     def _ensure_session_node(self) -> None:
@@ -204,12 +408,13 @@ class ZooKeeperSlotStore(SlotStore):
         try:
             # Already present (registered by an earlier call of this session): the goal.
             with contextlib.suppress(NodeExistsError):
-                self._client.create(
+                request = self._client.create_async(
                     path, json.dumps(self._owner).encode(), acl=self._acl, ephemeral=True, makepath=True
                 )
+                _wait(request, self.timeout)
         except _AMBIGUOUS:
             return  # retried on the next call
-        self._session_node_registered = True
+        self._conn.session_node_registered = True
 
     def session_alive(self, session_hex: str) -> bool:
         """Whether the writer session ``session_hex`` still exists (its ephemeral node)."""
@@ -228,10 +433,12 @@ class ZooKeeperSlotStore(SlotStore):
         while True:
             remaining = deadline - time.monotonic()
             try:
-                return getattr(self._client, f"{method}_async")(*args, **kwargs).get(
-                    timeout=max(remaining, 0.001)
-                )
+                return _wait(getattr(self._client, f"{method}_async")(*args, **kwargs), max(remaining, 0.001))
             except _AMBIGUOUS as exc:
+                if isinstance(exc, ConnectionClosedError) or self._conn.closed:
+                    # The client was stopped under this call: the store was closed (raises
+                    # SlotStoreClosedError), or the client gave up reconnecting (reconnects).
+                    self._await_session()
                 if time.monotonic() + delay >= deadline:
                     raise SlotStoreUnavailableError(
                         f"ZooKeeper at {self.hosts}: {type(exc).__name__} for {self.timeout}s"
@@ -318,10 +525,14 @@ class ZooKeeperSlotStore(SlotStore):
             if version > counter:
                 txn.set_data(f"{self._table_path(table)}/latest", str(version).encode(), version=zversion)
             try:
-                results = txn.commit_async().get(timeout=self.timeout)
+                results = _wait(txn.commit_async(), self.timeout)
             except _AMBIGUOUS as exc:
                 with self._lock:
                     self._counter_versions.pop(table, None)
+                if isinstance(exc, ConnectionClosedError) and self._conn.closed:
+                    raise SlotStoreClosedError(
+                        f"claim of version {version} of {table!r}: the slot store was closed"
+                    ) from exc
                 raise SlotStoreUnavailableError(
                     f"claim of version {version} of {table!r}: outcome unknown ({type(exc).__name__})"
                 ) from exc
@@ -357,7 +568,7 @@ class ZooKeeperSlotStore(SlotStore):
         except NoNodeError:
             return None
         with self._lock:
-            data = self._pending_marks.get(path, data)
+            data = self._conn.pending_marks.get(path, data)
         return _record(version, data)
 
     def mark_complete(self, table: str, version: int) -> None:
@@ -371,10 +582,8 @@ class ZooKeeperSlotStore(SlotStore):
                 # multi-op every MARK_FLUSH_SECONDS (one quorum write instead of one per
                 # commit). This handle reports them complete at once.
                 own["complete"] = True
-                self._pending_marks[path] = json.dumps(own).encode()
-                if self._flusher is None:
-                    self._flusher = threading.Thread(target=self._flush_marks_loop, daemon=True)
-                    self._flusher.start()
+                self._conn.pending_marks[path] = json.dumps(own).encode()
+                self._conn.start_flusher()
         if own is not None:
             self._prune(table, version)
             return
@@ -394,11 +603,6 @@ class ZooKeeperSlotStore(SlotStore):
             raise SlotNotClaimedError(table, version) from exc
         self._prune(table, version)
 
-    def _flush_marks_loop(self) -> None:
-        while not self._closed:
-            time.sleep(MARK_FLUSH_SECONDS)
-            self.flush_marks()
-
     def flush_marks(self, timeout: float | None = None) -> None:
         """Send the pending completion marks of this handle's own claims (one multi-op).
 
@@ -406,25 +610,7 @@ class ZooKeeperSlotStore(SlotStore):
         whose conditional set then fails harmlessly; a failed multi-op is retried one
         set at a time. ``timeout``: wait for the writes (default: fire and forget).
         """
-        with self._lock:
-            pending, self._pending_marks = self._pending_marks, {}
-        if not pending or (self._closed and timeout is None):
-            return
-        txn = self._client.transaction()
-        for path, data in pending.items():
-            txn.set_data(path, data, version=0)
-        request = txn.commit_async()
-
-        def fallback(result: Any) -> None:
-            failed = result.exception is not None or any(isinstance(r, Exception) for r in result.value)
-            if failed:  # one of them completed (or pruned) elsewhere: send the others alone
-                for path, data in pending.items():
-                    self._client.set_async(path, data, version=0).rawlink(_log_async_failure)
-
-        request.rawlink(fallback)
-        if timeout is not None:
-            with contextlib.suppress(Exception):  # best effort: repair completes stragglers
-                request.get(timeout=timeout)
+        self._conn.flush_marks(timeout)
 
     def _prune(self, table: str, version: int) -> None:
         """Drop the slot ``retain`` versions below a completed one (fire and forget).
@@ -514,14 +700,36 @@ class ZooKeeperSlotStore(SlotStore):
             yield body.get("key", name), body.get("table_id")
 
     def close(self) -> None:
-        if self._closed:
-            return
-        with contextlib.suppress(KazooException, SlotStoreUnavailableError):
-            self.flush_marks(timeout=self.timeout)
-        self._closed = True
-        with contextlib.suppress(KazooException):
-            self._client.stop()
-        self._client.close()
+        """Send the pending completion marks (bounded), then stop the client and its
+        threads. Idempotent and safe from any thread, kazoo's own included; later calls
+        raise :class:`SlotStoreClosedError`. Closing a store shared through
+        :func:`lockstore.registry.open_slot_store` closes it for every user; tables give
+        their use back with :func:`lockstore.registry.release_slot_store` instead."""
+        self._finalizer()
+
+
+def _wait(request: Any, timeout: float) -> Any:
+    """``request.get(timeout=timeout)``, raising a copy of a failure.
+
+    A kazoo AsyncResult keeps the exception it raises (and kazoo's own closures often keep
+    the AsyncResult in a reference cycle). Raised as is, the exception's traceback would
+    collect every caller's frame into that cycle, keeping stores and tables alive until
+    the cyclic garbage collector runs, and their connections open that long. The copy
+    carries our frames; kazoo's keeps none.
+    """
+    try:
+        return request.get(timeout=timeout)
+    except Exception as exc:
+        exc.__traceback__ = None
+        del request  # no local may refer to what the raised copy's traceback holds
+        raise _copy_of(exc) from None
+
+
+def _copy_of(exc: Exception) -> Exception:
+    try:
+        return copy.copy(exc)
+    except Exception:  # an exception type that cannot be copied: the original, then
+        return exc
 
 
 def _waker(event: threading.Event) -> Any:
@@ -550,7 +758,8 @@ def _record(version: int, data: bytes) -> SlotRecord:
 
 
 def parse_uri(uri: str) -> dict[str, Any]:
-    """``zk://[user:password@]host:port[,host:port...][/chroot][?timeout=S]`` -> kwargs."""
+    """``zk://[user:password@]host:port[,host:port...][/chroot][?timeout=S&app_id=A&reconnect_timeout=S]``
+    -> kwargs."""
     parsed = urlparse(uri)
     if parsed.scheme not in ("zk", "zookeeper"):
         raise InvalidSlotStoreUriError(f"not a ZooKeeper URI: {uri!r}")
@@ -570,6 +779,8 @@ def parse_uri(uri: str) -> dict[str, Any]:
         kwargs["timeout"] = float(query["timeout"][0])
     if "app_id" in query:
         kwargs["app_id"] = query["app_id"][0]
+    if "reconnect_timeout" in query:
+        kwargs["reconnect_timeout"] = float(query["reconnect_timeout"][0])
     return kwargs
 
 
