@@ -165,7 +165,7 @@ class _Connection:
             self.connected.clear()
             self.lost.set()
             self.session_node_registered = False
-            if not self._stopping and not self.closed and self.client.client_state in _LOOP_ENDED:
+            if not self._stopping and not self.closed and self._loop_ended_by_itself():
                 # The connection loop ended by itself: reconnect_timeout passed without a
                 # server (or authentication failed). Its worker threads would idle forever:
                 # stop them, from another thread (stop() joins this one).
@@ -179,6 +179,12 @@ class _Connection:
                 threading.Thread(
                     target=self._retire, args=(self._generation,), name="lockstore-zk-retire", daemon=True
                 ).start()
+
+    def _loop_ended_by_itself(self) -> bool:
+        """The client is CLOSED (or AUTH_FAILED) although nobody called its ``stop()``."""
+        stopped = getattr(self.client, "_stopped", None)  # set first thing by KazooClient.stop
+        stopped_by_someone = stopped is not None and stopped.is_set()
+        return self.client.client_state in _LOOP_ENDED and not stopped_by_someone
 
     def _retire(self, generation: int) -> None:
         with self._life_lock:
