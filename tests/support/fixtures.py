@@ -5,6 +5,10 @@
 ``zk_chroot_factory`` function: a ``ZkChroots``; call ``.new()`` for each extra fresh chroot.
 ``zk_ensemble``       module: a running 3-node ``ZooKeeperEnsemble`` (500 ms tick) to kill nodes of;
                       every test that uses it starts with all nodes running and one leader.
+``zk_clients_closed`` autouse: fails a test that leaves a kazoo client running (a store or table it
+                      did not close, and that garbage collection does not close either). Such a
+                      client keeps reconnecting after its server stops, printing errors after the
+                      test run. Servers stop only after their clients are stopped.
 
 Load them with ``from tests.support.fixtures import *`` in a conftest, or ``-p tests.support.fixtures``.
 Missing Java or ZooKeeper makes these fixtures fail (never skip) with instructions.
@@ -12,6 +16,8 @@ Missing Java or ZooKeeper makes these fixtures fail (never skip) with instructio
 
 from __future__ import annotations
 
+import gc
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,7 +32,14 @@ from tests.support.zkserver import (
     start_zookeeper_for_tests,
 )
 
-__all__ = ["zk_chroot", "zk_chroot_factory", "zk_ensemble", "zk_ensemble_all_nodes_up", "zk_hosts"]
+__all__ = [
+    "zk_chroot",
+    "zk_chroot_factory",
+    "zk_clients_closed",
+    "zk_ensemble",
+    "zk_ensemble_all_nodes_up",
+    "zk_hosts",
+]
 
 # Reconnect and retry quickly: the kazoo defaults back off up to an hour between attempts.
 _FAST_RETRY = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.5, "max_jitter": 0.2}
@@ -48,6 +61,35 @@ def _kazoo_client_class() -> Any:
             "extra (or: pip install -e '.[zookeeper]')"
         )
     return KazooClient
+
+
+def running_kazoo_clients() -> list[Any]:
+    """Kazoo clients of this process whose connection thread runs (connected or reconnecting)."""
+    clients: dict[int, Any] = {}
+    for thread in threading.enumerate():
+        target = getattr(thread, "_target", None)  # kazoo's ConnectionHandler.zk_loop
+        handler = getattr(target, "__self__", None)
+        if getattr(target, "__name__", "") == "zk_loop" and handler is not None:
+            clients[id(handler.client)] = handler.client
+    return list(clients.values())
+
+
+def _describe(clients: list[Any]) -> str:
+    return ", ".join(",".join(f"{host}:{port}" for host, port in client.hosts) for client in clients)
+
+
+def stop_kazoo_clients(clients: list[Any]) -> None:
+    for client in clients:
+        client.stop()
+        client.close()
+
+
+def stop_leftover_clients(ports: set[int] | None = None) -> None:
+    """Stop clients still running (of servers on ``ports``, or all): before a server stops."""
+    gc.collect()  # unreferenced stores in reference cycles close when collected
+    stop_kazoo_clients(
+        [c for c in running_kazoo_clients() if ports is None or any(p in ports for _, p in c.hosts)]
+    )
 
 
 class ZkChroots:
@@ -117,7 +159,10 @@ def zk_hosts() -> Iterator[str]:
     try:
         yield hosts
     finally:
-        stop()
+        try:
+            stop_leftover_clients()
+        finally:
+            stop()
 
 
 @pytest.fixture
@@ -151,7 +196,39 @@ def zk_ensemble() -> Iterator[ZooKeeperEnsemble]:
         ensemble.start()
         yield ensemble
     finally:
-        ensemble.close()
+        try:
+            stop_leftover_clients({node.client_port for node in ensemble.nodes})
+        finally:
+            ensemble.close()
+
+
+@pytest.fixture(autouse=True)
+def zk_clients_closed() -> Iterator[None]:
+    """Fail a test that leaves kazoo clients running once its fixtures are torn down.
+
+    Checked after every other function-scoped fixture's teardown (autouse fixtures are set up
+    first). Stores only the garbage collector can reach are collected first (and so closed);
+    a close running on a helper thread gets a few seconds.
+    """
+    before = {id(c) for c in running_kazoo_clients()}
+    yield
+
+    def leaked() -> list[Any]:
+        return [c for c in running_kazoo_clients() if id(c) not in before]
+
+    if not leaked():
+        return
+    gc.collect()
+    deadline = time.monotonic() + 5.0
+    while leaked() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = leaked()
+    if left:
+        stop_kazoo_clients(left)  # or they reconnect after their server stops
+        _fail(
+            f"the test left {len(left)} ZooKeeper client(s) running ({_describe(left)}): close "
+            "every store, table and KazooClient it opens (Table.close() or 'with Table.open(...)')"
+        )
 
 
 @pytest.fixture(autouse=True)

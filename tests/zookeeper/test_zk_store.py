@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
+import weakref
 
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
+from kazoo.protocol.states import KeeperState
 
 from lockstore import SlotClaim, SlotStoreUnavailableError, TableBindingError
-from lockstore.registry import UnknownSlotStoreError, open_slot_store
+from lockstore.registry import UnknownSlotStoreError, open_slot_store, release_slot_store, shared_slot_stores
 from lockstore.zookeeper import InvalidSlotStoreUriError, ZooKeeperSlotStore, parse_uri, table_node_name
 from tests.support.zkserver import ZooKeeperServer
 
@@ -21,6 +23,7 @@ def test_uri_parsing_and_unknown_schemes() -> None:
     kw = parse_uri("zk://alice:s%40cret@h1:2181,h2:2182/tables/prod?timeout=3.5&app_id=etl")
     assert kw == {"hosts": "h1:2181,h2:2182", "auth": ("alice", "s@cret"), "chroot": "/tables/prod",
                   "timeout": 3.5, "app_id": "etl"}  # fmt: skip
+    assert parse_uri("zk://h1:2181?reconnect_timeout=30")["reconnect_timeout"] == 30.0
     with pytest.raises(InvalidSlotStoreUriError):
         parse_uri("zk:///chroot-without-hosts")
     with pytest.raises(UnknownSlotStoreError) as info:
@@ -42,12 +45,33 @@ def test_one_connection_per_spec_per_process(zk_chroot: str) -> None:
     spec = f"zk://{zk_chroot}?timeout=5"
     first = open_slot_store(spec)
     assert open_slot_store(spec) is first  # tables opened with one spec share a session
-    first.close()
+    release_slot_store(first)
+    assert not first.closed  # one use is left
+    release_slot_store(first)
+    assert first.closed  # the last use closed it
     again = open_slot_store(spec)
     assert again is not first and again.latest(TABLE) == -1  # a closed store is replaced
+    assert open_slot_store(spec) is again
+    again.close()  # closes it for every user at once
+    assert again.closed and again not in shared_slot_stores()
+    release_slot_store(again)  # a late give-back of a closed store is harmless
     private = open_slot_store(spec, shared=False)
-    assert private is not again
+    assert private is not again and private not in shared_slot_stores()
     private.close()
+
+
+def test_the_registry_holds_stores_weakly(zk_chroot: str) -> None:
+    spec = f"zk://{zk_chroot}?timeout=5"
+    store = open_slot_store(spec)  # a use never given back...
+    store.latest(TABLE)
+    client, collected = store._client, weakref.ref(store)
+    del store  # ... but nothing references the store any more: collected, and closed
+    assert collected() is None
+    assert not client.connected and client.client_state == KeeperState.CLOSED
+    fresh = open_slot_store(spec)
+    assert fresh.latest(TABLE) == -1
+    release_slot_store(fresh)
+    assert fresh.closed
 
 
 def test_digest_auth_and_acls_keep_other_clients_out(zk_chroot: str) -> None:
