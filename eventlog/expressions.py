@@ -41,10 +41,11 @@ from eventlog.expr_nodes import (
     referenced_columns,
 )
 from eventlog.skipping import may_match
-from eventlog.sqlparse import parse_expression, parse_predicate
+from eventlog.sqlparse import check_sql_text, parse_expression, parse_predicate
 from eventlog.sqlrender import to_sql
 
 __all__ = [
+    "check_sql_text",
     "TRUE",
     "Call",
     "Column",

@@ -228,6 +228,7 @@ def overwrite(
     """Replace the table's rows (or the rows matching ``replace_where``) with ``data``."""
     params: dict[str, Any] = {"mode": "Overwrite", "partitionBy": list(txn.metadata.partition_columns)}
     if replace_where is not None:
+        ex.check_sql_text(replace_where, "replace_where")
         params["predicate"] = [replace_where]
     txn.set_operation("WRITE", params)
     check_append_only(txn, "overwrite")
@@ -286,6 +287,7 @@ def overwrite_files(
     written. The writer must have checked that every new row satisfies ``replace_where``."""
     params: dict[str, Any] = {"mode": "Overwrite", "partitionBy": list(txn.metadata.partition_columns)}
     if replace_where is not None:
+        ex.check_sql_text(replace_where, "replace_where")
         params["predicate"] = [replace_where]
     txn.set_operation("WRITE", params)
     check_append_only(txn, "overwrite")
@@ -302,6 +304,8 @@ def overwrite_files(
 
 
 def delete(txn: Transaction, predicate: str | None) -> None:
+    if predicate is not None:
+        ex.check_sql_text(predicate)
     txn.set_operation("DELETE", {"predicate": [predicate] if predicate else []})
     check_append_only(txn, "DELETE")
     pred = txn.parse_predicate(predicate) if predicate is not None else None
@@ -413,6 +417,8 @@ def apply_assignments(
 
 
 def update(txn: Transaction, predicate: str | None, assignments: Mapping[str, str]) -> None:
+    if predicate is not None:
+        ex.check_sql_text(predicate)
     txn.set_operation("UPDATE", {"predicate": [predicate] if predicate else []})
     check_append_only(txn, "UPDATE")
     if not assignments:
@@ -494,6 +500,8 @@ def begin_optimize(
             raise UnknownColumnError(col, list(schema.names), "zorder_by")
         if col in parts:
             raise InvalidInputError(f"cannot Z-order by partition column {col!r}")
+    if partition_filter is not None:
+        ex.check_sql_text(partition_filter, "partition_filter")
     txn.set_operation(
         "OPTIMIZE", {"predicate": [partition_filter] if partition_filter else [], "zOrderBy": zorder},
         changes_data=False,

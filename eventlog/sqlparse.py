@@ -516,6 +516,19 @@ def _column_parts(n: exp.Expression) -> list[str] | None:
     return None
 
 
+def check_sql_text(sql: object, context: str = "predicate") -> None:
+    """PredicateError if ``sql`` is not SQL text the log can record (not a string, or not
+    encodable as UTF-8). Operations call it before naming themselves, so that bad SQL is
+    always a PredicateError, whichever check would have seen it first."""
+    if not isinstance(sql, str):
+        raise PredicateError(f"{context} must be a SQL string", expression=repr(sql))
+    problem = text_problem(sql)
+    if problem is not None:
+        _Parser(sql, pa.schema([]), None, context).fail(
+            f"the text holds {problem[0]} at position {problem[1]}"
+        )
+
+
 def parse_predicate(
     sql: str,
     schema: pa.Schema,

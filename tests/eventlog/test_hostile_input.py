@@ -193,7 +193,13 @@ def test_deeply_nested_predicate_is_a_typed_error_and_changes_nothing(guarded: G
 
 def test_lone_surrogate_literal_is_a_typed_error_and_changes_nothing(guarded: Guarded) -> None:
     err = guarded.attempt(lambda t: t.delete("name = '\ud800'"))
-    assert isinstance(err, InvalidInputError)
+    assert isinstance(err, PredicateError) and err.expression == "name = '\ud800'"
+    for bad in (
+        lambda t: t.overwrite(base_rows(), replace_where="day = '\ud800'"),
+        lambda t: t.optimize(partition_filter="day = '\ud800'"),
+        lambda t: t.update("name = '\udfff'", {"v": "1"}),
+    ):
+        assert isinstance(guarded.attempt(bad), PredicateError)  # SQL text: always PredicateError
     err = guarded.attempt(lambda t: t.update("id = 1", {"name": "'\udfff'"}))
     assert isinstance(err, PredicateError)
 
