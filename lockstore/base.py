@@ -43,6 +43,12 @@ Honest non-guarantees:
 Waiting for the next version: :meth:`SlotStore.await_latest` blocks until ``latest``
 moves (group commit's followers wait on it). The default polls; the ZooKeeper adapter
 sets a watch and the in-memory adapter waits on a condition.
+
+Closing: :meth:`SlotStore.close` releases a store's connection; it is idempotent and safe
+from any thread. A store holding a connection (ZooKeeper) reports ``closed`` and refuses
+every later call with :class:`SlotStoreClosedError`; the others hold none and stay usable.
+:mod:`lockstore.registry` shares one store per spec and closes it when its last user gives
+it back or when it is garbage collected.
 """
 
 from __future__ import annotations

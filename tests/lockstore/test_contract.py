@@ -352,6 +352,32 @@ def test_close_is_idempotent_and_keeps_slots(make_store: MakeStore) -> None:
     assert record.claim.txn_id == "txn-0"
 
 
+def test_close_is_safe_from_many_threads_at_once(make_store: MakeStore) -> None:
+    store = make_store()
+    assert store.claim(TABLE, 0, _claim("txn-0")) is True
+    assert not store.closed
+    barrier = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def close() -> None:
+        barrier.wait()
+        try:
+            store.close()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    closers = [threading.Thread(target=close) for _ in range(8)]
+    for closer in closers:
+        closer.start()
+    for closer in closers:
+        closer.join(30)
+    assert errors == [] and not any(c.is_alive() for c in closers)
+    # A store holding a connection reports it closed; the others hold none and stay usable.
+    assert store.closed is (type(store).__name__ == "ZooKeeperSlotStore")
+    record = make_store().get(TABLE, 0)
+    assert record is not None and record.claim.txn_id == "txn-0"
+
+
 # ===================================================================== in-memory only
 
 
