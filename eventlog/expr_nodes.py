@@ -90,6 +90,18 @@ def tree_depth(expr: Expr) -> int:
     return deepest
 
 
+def tree_size(expr: Expr) -> int:
+    """Nodes in the tree; iterative, so any size can be counted."""
+    count = 0
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        count += 1
+        if isinstance(e, Call):
+            stack.extend(e.args)
+    return count
+
+
 def conjuncts(expr: Expr) -> list[Expr]:
     """The operands of the top-level AND chain, left to right (however the chain nests)."""
     out: list[Expr] = []

@@ -39,6 +39,7 @@ from eventlog.expr_nodes import (
     conjuncts,
     partition_predicate,
     referenced_columns,
+    tree_size,
 )
 from eventlog.skipping import may_match
 from eventlog.sqlparse import check_sql_text, parse_expression, parse_predicate
@@ -62,4 +63,5 @@ __all__ = [
     "referenced_columns",
     "to_arrow",
     "to_sql",
+    "tree_size",
 ]

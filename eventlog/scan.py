@@ -27,7 +27,13 @@ from eventlog import expressions as ex
 from eventlog.actions import AddFile
 from eventlog.datafiles import DataFileReader, read_data_files
 from eventlog.deletion_vectors import deleted_mask, read_deletion_vector
-from eventlog.errors import CorruptLogError
+from eventlog.errors import CorruptLogError, PredicateError
+
+MAX_ARROW_FILTER_NODES = 4096
+"""Predicates with more nodes are evaluated after reading (:func:`read_matching_rows`)
+instead of by pyarrow's dataset scanner: pyarrow 26 crashes the process while simplifying
+filters of about 30,000 nodes (an OR of 10,000 comparisons)."""
+_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
 
 
 def file_deletes(fs: fsspec.AbstractFileSystem, root: str, add: AddFile) -> FrozenBitMap64:
@@ -66,6 +72,42 @@ def read_live_rows(
             rows = rows.select([n for n in schema.names if n in set(columns)])
         parts.append(rows)
     return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+
+
+def read_matching_rows(
+    fs: fsspec.AbstractFileSystem,
+    root: str,
+    files: Sequence[AddFile],
+    schema: pa.Schema,
+    partition_columns: Sequence[str],
+    predicate: ex.Expr,
+    sql: str,
+    *,
+    columns: Sequence[str] | None = None,
+) -> pa.Table:
+    """Live rows of ``files`` where ``predicate`` (parsed from ``sql``) holds.
+
+    The filter is pushed into the Parquet scan when it is small enough
+    (:data:`MAX_ARROW_FILTER_NODES`); a row the filter cannot be evaluated on (a failed
+    cast) is a PredicateError naming ``sql``, never a pyarrow error.
+    """
+    if ex.tree_size(predicate) <= MAX_ARROW_FILTER_NODES:
+        arrow_filter = ex.to_arrow(predicate, schema=schema)
+        try:
+            return read_live_rows(
+                fs, root, files, schema, partition_columns, columns=columns, filter=arrow_filter
+            )
+        except _ARROW_ERRORS as exc:
+            raise PredicateError(
+                f"cannot evaluate filter {sql[:200]!r}: {str(exc).splitlines()[0]}", expression=sql
+            ) from exc
+    needed = None
+    if columns is not None:
+        used = [c.name for c in ex.referenced_columns(predicate)]
+        needed = list(dict.fromkeys([*columns, *used]))
+    rows = read_live_rows(fs, root, files, schema, partition_columns, columns=needed)
+    matching = rows.filter(ex.evaluate_mask(predicate, rows))
+    return matching if columns is None else matching.select(list(columns))
 
 
 def read_file_positions(

@@ -44,7 +44,7 @@ from eventlog.optransaction import Transaction
 from eventlog.protocol import check_readable, protocol_for
 from eventlog.pruning import prune_files
 from eventlog.retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from eventlog.scan import read_live_rows
+from eventlog.scan import read_live_rows, read_matching_rows
 from eventlog.schema import canonical_schema, conform, to_spark_schema_json
 from eventlog.snapshot import Commit, Snapshot
 from eventlog.storage import LogStore
@@ -580,25 +580,17 @@ class Table:
         """Read the table (or a past version); ``filter`` is a SQL predicate."""
         snap = self.snapshot(version, timestamp=timestamp)
         files = list(snap.add_files)
-        arrow_filter = None
-        if filter is not None:
-            pred = ex.parse_predicate(filter, snap.schema, context="filter")
-            _, files = prune_files(files, pred, snap.schema, snap.partition_columns)
-            arrow_filter = ex.to_arrow(pred, schema=snap.schema)
         if columns is not None:
             columns = check_string_list(columns, "column")
             for col in columns:
                 if col not in snap.schema.names:
                     raise ex_unknown(col, snap.schema, "columns")
-        return read_live_rows(
-            self.log.fs,
-            self.log.root,
-            files,
-            snap.schema,
-            snap.partition_columns,
-            columns=columns,
-            filter=arrow_filter,
-        )
+        fs, root, parts = self.log.fs, self.log.root, snap.partition_columns
+        if filter is None:
+            return read_live_rows(fs, root, files, snap.schema, parts, columns=columns)
+        pred = ex.parse_predicate(filter, snap.schema, context="filter")
+        _, files = prune_files(files, pred, snap.schema, parts)
+        return read_matching_rows(fs, root, files, snap.schema, parts, pred, filter, columns=columns)
 
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
         """commitInfo of each version, newest first (Delta's DESCRIBE HISTORY)."""

@@ -406,3 +406,14 @@ def test_strategies_reach_the_hostile_cases() -> None:
     assert find(sql_text, lambda t: any("\ud800" <= ch <= "\udfff" for ch in t), settings=search)
     assert find(sql_text, lambda t: t.count("(") > MAX_NESTING_DEPTH, settings=search)
     assert find(sql_text, lambda t: (" OR " in t or " IN (" in t) and "CASE" in t, settings=search)
+
+
+def test_filters_pyarrow_cannot_evaluate_are_predicate_errors(guarded: Guarded) -> None:
+    """A failed cast inside a pushed-down filter, and filters too large for pyarrow's
+    scanner (10,000 terms crash pyarrow 26), still give typed errors or correct rows."""
+    err = guarded.attempt(lambda t: t.to_arrow(filter="NOT (CAST(name AS BIGINT) IS NULL)"))
+    assert isinstance(err, PredicateError) and err.expression == "NOT (CAST(name AS BIGINT) IS NULL)"
+    huge = " OR ".join(f"id = {i}" for i in range(3, 10_003))
+    got = guarded.table.to_arrow(filter=huge, columns=["name"])
+    assert got.schema.names == ["name"]
+    assert sorted(got.column("name").to_pylist()) == sorted(f"n{i}" for i in range(3, 12))
