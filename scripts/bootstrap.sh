@@ -16,13 +16,23 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 
-# Reinstall only when pyproject.toml changed since the last successful install.
+# Editable install in setuptools' "compat" mode: a .pth file puts the repository root on
+# sys.path. The default mode installs an import hook instead, which pkgutil.iter_modules does
+# not see, and PySpark finds Python data sources by listing top-level `pyspark_*` modules
+# that way: Spark's Python workers would find `pyspark_eventlog` only when started from the
+# repository directory (DATA_SOURCE_NOT_FOUND everywhere else). The "strict" mode would also
+# work, but it misses files added or renamed after the install. setuptools calls "compat"
+# transitional but has set no date for its removal.
+EDITABLE_MODE=compat
+
+# Reinstall only when pyproject.toml, the extras or the editable mode changed since the last
+# successful install.
 stamp="$VENV/.eventlog-installed"
-want="$(sha256sum pyproject.toml | cut -d' ' -f1) $EXTRAS"
+want="$(sha256sum pyproject.toml | cut -d' ' -f1) $EXTRAS editable_mode=$EDITABLE_MODE"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  log "installing eventlog-tables[$EXTRAS] (editable) into $VENV"
+  log "installing eventlog-tables[$EXTRAS] (editable, $EDITABLE_MODE mode) into $VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip >&2
-  "$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]" >&2
+  "$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]" --config-settings editable_mode="$EDITABLE_MODE" >&2
   echo "$want" > "$stamp"
 fi
 
