@@ -85,8 +85,8 @@ def main() -> int:
     commits_per_run = 15 if args.quick else 100
     print(f"# bench_conflict_check ({'quick' if args.quick else 'full'}): {machine_note()}")
 
-    from eventlog.conflicts import WinningCommit, check_conflicts
     from eventlog.table import Table
+    from eventlog.txn.conflicts import WinningCommit, check_conflicts
 
     tmp = tempfile.mkdtemp(prefix="bench-conflict-")
     try:

@@ -159,8 +159,8 @@ def _append_worker(
                 return 0  # delta-rs retries internally and does not report it
 
         else:
-            from eventlog.retry import RetryPolicy
             from eventlog.table import Table
+            from eventlog.txn.retry import RetryPolicy
 
             # The default policy, with its sleep timed when instrumenting.
             policy = RetryPolicy(sleep=phases.wrap(BACKOFF, time.sleep)) if instrument else None
@@ -222,8 +222,8 @@ def _inspect(config: str, path: str, spec: str | None) -> tuple[int, int, list[s
 
         dt = DeltaTable(path)
         return dt.version(), dt.to_pyarrow_table().num_rows, []
-    from eventlog.groupcommit import member_txn_ids
     from eventlog.table import Table
+    from eventlog.txn.groupcommit import member_txn_ids
 
     table = Table.open(path, slots=spec)
     try:
@@ -639,8 +639,8 @@ def _instrumented(phases: _Phases) -> Iterator[Counter[str]]:
     """
     from kazoo.client import KazooClient
 
-    from eventlog import operations
-    from eventlog.storage import LogStore
+    from eventlog.log.storage import LogStore
+    from eventlog.ops import operations
     from eventlog.table import Table
     from lockstore.zookeeper import ZooKeeperSlotStore
 

@@ -170,8 +170,8 @@ def case_bulk(scan: bool, quick: bool) -> tuple[pstats.Stats, float]:
 
 def case_conflict(scenario: str, quick: bool) -> tuple[pstats.Stats, float]:
     from bench.bench_conflict_check import DAYS, LOSER_DAY, LOSER_PREDICATE, SCHEMA, WINNER_FILES, rows
-    from eventlog.conflicts import WinningCommit, check_conflicts
     from eventlog.table import Table
+    from eventlog.txn.conflicts import WinningCommit, check_conflicts
 
     tmp = tempfile.mkdtemp(prefix="profile-conflict-")
     try:

@@ -28,12 +28,12 @@ from eventlog.errors import (
     TableNotFoundError,
     UnknownColumnError,
 )
-from eventlog.isolation import IsolationLevel
-from eventlog.optransaction import Transaction
-from eventlog.retry import RetryPolicy
+from eventlog.ops.transaction import Transaction
 from eventlog.snapshot import Snapshot
+from eventlog.snapshot.isolation import IsolationLevel
 from eventlog.table import Table, write_table
-from eventlog.transaction import CommitResult
+from eventlog.txn.retry import RetryPolicy
+from eventlog.txn.transaction import CommitResult
 
 __all__ = [
     "CommitFailedError",

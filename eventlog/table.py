@@ -19,10 +19,7 @@ from typing import Any, Self
 
 import pyarrow as pa
 
-from eventlog import expressions as ex
-from eventlog.actions import Metadata
-from eventlog.checkpoint import CheckpointState, find_latest_checkpoint, read_checkpoint, write_checkpoint
-from eventlog.commitlog import CommitLog, SlotsSpec, acquire_slots
+from eventlog import expr as ex
 from eventlog.errors import (
     CorruptLogError,
     InvalidInputError,
@@ -31,8 +28,17 @@ from eventlog.errors import (
     UnknownColumnError,
     VersionNotFoundError,
 )
-from eventlog.merge import TableMergeBuilder
-from eventlog.operations import (
+from eventlog.files.partition_values import check_partition_column
+from eventlog.files.pruning import prune_files
+from eventlog.files.scan import read_live_rows, read_matching_rows
+from eventlog.files.schema import canonical_schema, conform, to_spark_schema_json
+from eventlog.log.actions import Metadata
+from eventlog.log.checkpoint import CheckpointState, find_latest_checkpoint, read_checkpoint, write_checkpoint
+from eventlog.log.commit import Commit
+from eventlog.log.commitlog import CommitLog, SlotsSpec, acquire_slots
+from eventlog.log.storage import LogStore
+from eventlog.ops.merge import TableMergeBuilder
+from eventlog.ops.operations import (
     DEFAULT_DELETED_FILE_RETENTION,
     DELETED_FILE_RETENTION_KEY,
     parse_interval_ms,
@@ -40,23 +46,18 @@ from eventlog.operations import (
     validate_properties,
     write_rows,
 )
-from eventlog.optransaction import Transaction
-from eventlog.protocol import check_readable, protocol_for
-from eventlog.pruning import prune_files
-from eventlog.retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from eventlog.scan import read_live_rows, read_matching_rows
-from eventlog.schema import canonical_schema, conform, to_spark_schema_json
-from eventlog.snapshot import Commit, Snapshot
-from eventlog.storage import LogStore
-from eventlog.transaction import CommitResult
+from eventlog.ops.transaction import Transaction
+from eventlog.ops.vacuum import vacuum as vacuum_table
+from eventlog.snapshot import Snapshot
+from eventlog.snapshot.protocol import check_readable, protocol_for
+from eventlog.txn.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from eventlog.txn.transaction import CommitResult
 from eventlog.userinput import (
     check_local_path,
     check_optional_text,
-    check_partition_column,
     check_string_list,
     check_uri,
 )
-from eventlog.vacuum import vacuum as vacuum_table
 from lockstore import SlotStore
 
 logger = logging.getLogger("eventlog.table")
@@ -81,7 +82,7 @@ class Table:
         self.commitlog = CommitLog(log, slots, published=snapshot.version if snapshot is not None else -1)
         self.retry_policy = retry_policy or DEFAULT_RETRY_POLICY
         self.app_id = app_id
-        # Blind appends share version slots with concurrent ones (eventlog.groupcommit).
+        # Blind appends share version slots with concurrent ones (eventlog.txn.groupcommit).
         self.group_commit = group_commit
         self._snapshot = snapshot
         self._lock = threading.RLock()
@@ -180,7 +181,7 @@ class Table:
         """Open an existing table at its latest version. TableNotFoundError if absent.
 
         ``group_commit``: let this handle's blind appends share a version with concurrent
-        ones (:mod:`eventlog.groupcommit`; any slot store, best with one that notifies
+        ones (:mod:`eventlog.txn.groupcommit`; any slot store, best with one that notifies
         waiters: ZooKeeper or in-memory).
         """
         log = _log_store(uri)

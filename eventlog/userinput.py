@@ -20,7 +20,7 @@ What is checked, and where:
 * SQL predicates and expressions (DELETE/UPDATE predicates, SET expressions, ``to_arrow``
   filters, ``replace_where``, OPTIMIZE ``partition_filter``, MERGE conditions and values):
   UTF-8 encodable, nested at most :data:`MAX_NESTING_DEPTH` levels in the text and
-  :data:`MAX_EXPRESSION_DEPTH` levels once parsed (see :mod:`eventlog.sqlparse`).
+  :data:`MAX_EXPRESSION_DEPTH` levels once parsed (see :mod:`eventlog.expr.parse`).
 
 NUL characters are allowed everywhere except in paths: the JSON log escapes them
 (``\\u0000``), Parquet strings are length-prefixed, and partition directories escape them
@@ -35,7 +35,6 @@ from collections.abc import Iterable, Mapping
 import pyarrow as pa
 
 from eventlog.errors import InvalidTextError
-from eventlog.partition_values import escape_path_name
 
 MAX_NESTING_DEPTH = 32
 """Deepest nesting a SQL text may have: parentheses, brackets, ``CASE ... END`` and runs of
@@ -86,7 +85,7 @@ def check_text(value: object, what: str, *, allow_empty: bool = True, allow_nul:
     if problem is not None:
         reason, position = problem
         raise InvalidTextError(
-            f"{what} {_preview(value)} holds {reason} at position {position}",
+            f"{what} {preview(value)} holds {reason} at position {position}",
             argument=what,
             reason=reason,
             position=position,
@@ -176,7 +175,7 @@ def check_local_path(path: str) -> None:
     size = len(path.encode("utf-8"))
     if size > MAX_LOCAL_PATH_BYTES:
         raise InvalidTextError(
-            f"table path {_preview(path)} is {size} bytes long; the limit is {MAX_LOCAL_PATH_BYTES}",
+            f"table path {preview(path)} is {size} bytes long; the limit is {MAX_LOCAL_PATH_BYTES}",
             argument="table URI",
             reason="path too long",
         )
@@ -184,7 +183,7 @@ def check_local_path(path: str) -> None:
         size = len(part.encode("utf-8"))
         if size > MAX_PATH_COMPONENT_BYTES:
             raise InvalidTextError(
-                f"table path component {_preview(part)} is {size} bytes long; file systems allow "
+                f"table path component {preview(part)} is {size} bytes long; file systems allow "
                 f"{MAX_PATH_COMPONENT_BYTES}",
                 argument="table URI",
                 reason="path component too long",
@@ -203,7 +202,7 @@ def check_schema(schema: pa.Schema) -> None:
         path = f"{parent}.{name}" if parent else name
         if depth > MAX_TYPE_DEPTH:
             raise InvalidTextError(
-                f"column {_preview(path)} nests types {depth} levels deep; the limit is "
+                f"column {preview(path)} nests types {depth} levels deep; the limit is "
                 f"{MAX_TYPE_DEPTH} (MAX_TYPE_DEPTH)",
                 argument="schema",
                 reason="nested too deeply",
@@ -227,26 +226,13 @@ def check_schema(schema: pa.Schema) -> None:
             stack.extend((pa.field("item", c.type), path, depth + 1) for c in reversed(children))
 
 
-def check_partition_column(name: str) -> str:
-    """A partition column name short enough for a partition directory name."""
-    size = len(escape_path_name(name).encode("utf-8"))
-    if size > MAX_PARTITION_COLUMN_BYTES:
-        raise InvalidTextError(
-            f"partition column {_preview(name)} is {size} bytes long as a directory name; the "
-            f"limit is {MAX_PARTITION_COLUMN_BYTES} (MAX_PARTITION_COLUMN_BYTES)",
-            argument="partition column name",
-            reason="too long",
-        )
-    return name
-
-
 def _check_field_metadata(field: pa.Field, path: str) -> None:
     for key, value in (field.metadata or {}).items():
         for part, raw in (("key", key), ("value", value)):
             try:
                 raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                what = f"field metadata {part} of column {_preview(path)}"
+                what = f"field metadata {part} of column {preview(path)}"
                 raise InvalidTextError(
                     f"{what} is not valid UTF-8 (byte {exc.start})",
                     argument=what,
@@ -266,7 +252,7 @@ def _is_list_like(t: pa.DataType) -> bool:
     )
 
 
-def _preview(value: str, limit: int = 60) -> str:
+def preview(value: str, limit: int = 60) -> str:
     """``repr`` of a value, shortened (messages stay readable for megabyte inputs)."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 5] + "...'" + f" ({len(value)} chars)"

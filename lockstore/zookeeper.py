@@ -27,7 +27,7 @@ Slot state machine (one slot, version N)::
     COMPLETE --pruned when more than ``retain`` newer slots exist--> (absent, but below the
                counter, so no claim can recreate it)
 
-A group commit (``eventlog.groupcommit``) claims like any writer; its claim lists the
+A group commit (``eventlog.txn.groupcommit``) claims like any writer; its claim lists the
 members' transaction ids (``members``) and names the combined commit as its staged file,
 so every path above applies to it unchanged.
 

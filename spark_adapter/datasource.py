@@ -34,7 +34,7 @@ Options (case-insensitive):
                               the app id is skipped)
 ``userMetadata``              write: stored in the commit's ``commitInfo``
 ``groupCommit``               append: ``true`` lets the commit share its version with
-                              concurrent blind appends (:mod:`eventlog.groupcommit`)
+                              concurrent blind appends (:mod:`eventlog.txn.groupcommit`)
 ============================  ==========================================================
 """
 

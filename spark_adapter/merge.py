@@ -1,6 +1,6 @@
 """MERGE INTO an eventlog table from a Spark DataFrame; the join and rewrite run in Spark.
 
-Planned as :class:`eventlog.merge.MergeBuilder` plans it: the ON condition is split by
+Planned as :class:`eventlog.ops.merge.MergeBuilder` plans it: the ON condition is split by
 eventlog's own rules, and its target-only conjuncts are the transaction's read predicate
 (``txn.scan``), so MERGEs with disjoint explicit partition predicates do not conflict.
 Spark then joins the source with the scanned target rows on the whole ON condition (the
@@ -22,13 +22,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from eventlog import Table
-from eventlog import expressions as ex
-from eventlog.actions import AddFile
+from eventlog import expr as ex
 from eventlog.errors import InvalidInputError, MergeCardinalityError, PredicateError, UnknownColumnError
-from eventlog.merge import MergeBuilder
-from eventlog.operations import check_append_only
-from eventlog.optransaction import Transaction
-from eventlog.transaction import CommitResult
+from eventlog.log.actions import AddFile
+from eventlog.ops.merge import MergeBuilder
+from eventlog.ops.operations import check_append_only
+from eventlog.ops.transaction import Transaction
+from eventlog.txn.transaction import CommitResult
 from spark_adapter.dml import (
     FILE_COL,
     POS_COL,

@@ -50,14 +50,14 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from eventlog import expressions as ex
-from eventlog.actions import AddFile
+from eventlog import expr as ex
 from eventlog.errors import EventlogError, UnknownColumnError
-from eventlog.pruning import prune_files
-from eventlog.scan import read_live_rows
-from eventlog.schema import from_spark_schema_json
+from eventlog.files.pruning import prune_files
+from eventlog.files.scan import read_live_rows
+from eventlog.files.schema import from_spark_schema_json
+from eventlog.log.actions import AddFile
+from eventlog.log.storage import LogStore
 from eventlog.snapshot import Snapshot
-from eventlog.storage import LogStore
 from eventlog.table import Table
 from spark_adapter.types import spark_arrow_schema, to_spark_arrow
 

@@ -32,9 +32,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 
 from eventlog import Table
 from eventlog.errors import InvalidInputError
-from eventlog.storage import normalize_uri
-from eventlog.transaction import CommitResult
-from eventlog.vacuum import (
+from eventlog.log.storage import normalize_uri
+from eventlog.ops.vacuum import (
     RETENTION_CHECK_CONF,
     abandoned_staged_commits,
     referenced_files,
@@ -42,6 +41,7 @@ from eventlog.vacuum import (
     sweep,
     top_level_entries,
 )
+from eventlog.txn.transaction import CommitResult
 from lockstore import SlotStore
 from spark_adapter.dml import PendingCommit, plan_delete, plan_optimize, plan_update
 from spark_adapter.merge import SparkMergeBuilder
@@ -158,7 +158,7 @@ class EventlogTable:
         """Delete data files no version within the retention references (and abandoned
         staged commits older than the retention); returns their paths.
 
-        The rules are the engine's (:mod:`eventlog.vacuum`); Spark only spreads the listing
+        The rules are the engine's (:mod:`eventlog.ops.vacuum`); Spark only spreads the listing
         and deletion of the table's top-level entries over tasks. A retention shorter than
         the table's is refused unless ``spark.databricks.delta.retentionDurationCheck.enabled``
         is false, as in Delta.
@@ -192,7 +192,7 @@ def _vacuum_task(
     dry_run: bool,
     entries: Iterator[tuple[str, bool]],
 ) -> Iterator[str]:
-    """One Spark task's share of :func:`eventlog.vacuum.sweep`."""
+    """One Spark task's share of :func:`eventlog.ops.vacuum.sweep`."""
     fs, root, _ = normalize_uri(uri)
     yield from sweep(fs, root, entries, partition_columns, valid.value, horizon, dry_run)
 

@@ -2,7 +2,7 @@
 
 Schemas cross between Spark and the table through Delta's own schema format: Spark's
 ``StructType.json()`` *is* the JSON a Delta ``metaData.schemaString`` holds, so
-:func:`eventlog.schema.from_spark_schema_json` / :func:`to_spark_schema_json` do the
+:func:`eventlog.files.schema.from_spark_schema_json` / :func:`to_spark_schema_json` do the
 conversion both ways. Arrow batches handed back to Spark must match
 ``to_arrow_schema(schema, timezone="UTC")`` exactly (types, nullability, timezone string,
 list/map child names), which :func:`to_spark_arrow` guarantees.
@@ -19,7 +19,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from eventlog.errors import InvalidInputError
-from eventlog.schema import canonical_schema, from_spark_schema_json, to_spark_schema_json
+from eventlog.files.schema import canonical_schema, from_spark_schema_json, to_spark_schema_json
 
 __all__ = [
     "arrow_to_spark_schema",

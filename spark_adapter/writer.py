@@ -8,7 +8,7 @@ Three places, three processes (see the PySpark Data Source reference):
   inside the pickled :class:`EventlogWriter` to the tasks and to ``commit``/``abort``.
 * :meth:`EventlogWriter.write` runs in each task: Arrow batches are conformed to the table
   schema, checked against ``replaceWhere`` and written as Parquet with
-  :func:`eventlog.datafiles.write_data_files`; the task returns the add actions.
+  :func:`eventlog.files.datafiles.write_data_files`; the task returns the add actions.
 * :meth:`EventlogWriter.commit` runs once on the driver side: one eventlog transaction
   whose read version is the version planned, so the table's isolation level and conflict
   rules apply to everything committed since planning.
@@ -28,15 +28,15 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from eventlog import expressions as ex
-from eventlog.actions import AddFile, Metadata
-from eventlog.datafiles import DEFAULT_TARGET_FILE_SIZE, delete_files, write_data_files
+from eventlog import expr as ex
 from eventlog.errors import InvalidInputError, TableNotFoundError
-from eventlog.operations import APPEND_ONLY_KEY, TARGET_FILE_SIZE_KEY
-from eventlog.optransaction import Transaction
-from eventlog.protocol import protocol_for
-from eventlog.schema import conform, from_spark_schema_json, merge_schema, to_spark_schema_json
-from eventlog.storage import LogStore
+from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE, delete_files, write_data_files
+from eventlog.files.schema import conform, from_spark_schema_json, merge_schema, to_spark_schema_json
+from eventlog.log.actions import AddFile, Metadata
+from eventlog.log.storage import LogStore
+from eventlog.ops.operations import APPEND_ONLY_KEY, TARGET_FILE_SIZE_KEY
+from eventlog.ops.transaction import Transaction
+from eventlog.snapshot.protocol import protocol_for
 from eventlog.table import Table
 from eventlog.userinput import check_app_id, check_optional_text
 from spark_adapter.types import option, option_bool, option_int, spark_to_arrow_schema, table_uri
@@ -75,7 +75,7 @@ class WritePlan:
     user_metadata: str | None
     target_file_size: int
     skip: bool  # an idempotent write whose (txnAppId, txnVersion) is already committed
-    group_commit: bool = False  # a blind append may share its version (eventlog.groupcommit)
+    group_commit: bool = False  # a blind append may share its version (eventlog.txn.groupcommit)
 
     @property
     def schema(self) -> pa.Schema:

@@ -32,8 +32,8 @@ from hypothesis import strategies as st
 
 from eventlog import InvalidInputError, PredicateError, Table
 from eventlog.errors import EventlogError, InvalidTextError
-from eventlog.expr_nodes import tree_depth
-from eventlog.expressions import parse_predicate
+from eventlog.expr import parse_predicate
+from eventlog.expr.nodes import tree_depth
 from eventlog.userinput import MAX_EXPRESSION_DEPTH, MAX_NESTING_DEPTH
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("v", pa.float64()), ("day", pa.string())])

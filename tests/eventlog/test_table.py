@@ -24,14 +24,14 @@ from eventlog import (
     TableNotFoundError,
     UnknownColumnError,
 )
-from eventlog.actions import CommitInfo, encode_commit
 from eventlog.errors import (
     AppendOnlyViolationError,
     InvalidTablePropertyError,
     MergeCardinalityError,
     VersionNotFoundError,
 )
-from eventlog.storage import LogStore
+from eventlog.log.actions import CommitInfo, encode_commit
+from eventlog.log.storage import LogStore
 from lockstore import LocalFileSlotStore, SlotClaim
 from tests.conftest import SCHEMA, rows, sorted_ids
 
@@ -270,7 +270,7 @@ def test_claimed_but_unpublished_slot_is_recovered_by_readers(local_uri: str) ->
     dead = Table.open(local_uri).transaction()
     dead.append(rows([2]))
     # Do what the commit loop does up to the claim, then "crash".
-    from eventlog.attempt import CommitAttempt
+    from eventlog.txn.attempt import CommitAttempt
 
     loop = CommitAttempt(dead.table, dead.pending())
     data = loop.bytes()
@@ -332,7 +332,7 @@ def test_version_taken_outside_the_slot_store_is_a_lost_race(local_uri: str) -> 
 def test_claimed_slot_with_lost_staged_file_is_repaired_once_the_writer_is_gone(
     local_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import eventlog.commitlog as commitlog_module
+    import eventlog.log.commitlog as commitlog_module
 
     t = Table.create(local_uri, SCHEMA)
     t.append(rows([1]))

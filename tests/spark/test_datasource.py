@@ -46,7 +46,7 @@ from pyspark.sql.types import (
 )
 
 from eventlog import ProtocolChangedException, Table
-from eventlog.actions import AddFile
+from eventlog.log.actions import AddFile
 from spark_adapter import EventlogCommitMessage, EventlogDataSource, EventlogReader, PruningReader, activate
 from spark_adapter.reader import filter_to_sql, pack_files, split_bytes
 from tests.support.spark import write_from_four_threads

@@ -15,7 +15,7 @@ import pytest
 
 from eventlog import ConcurrentAppendException, InvalidInputError, Table
 from eventlog.errors import MergeCardinalityError
-from eventlog.transaction import dv_relative_path
+from eventlog.txn.transaction import dv_relative_path
 from spark_adapter.table import RETENTION_CHECK_CONF, EventlogTable
 from tests.conftest import SCHEMA, rows
 

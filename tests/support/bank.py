@@ -21,8 +21,8 @@ from typing import Any
 import pyarrow as pa
 
 from eventlog import DeltaConcurrentModificationException, Table
-from eventlog.commitlog import SlotsSpec
-from eventlog.storage import LogStore
+from eventlog.log.commitlog import SlotsSpec
+from eventlog.log.storage import LogStore
 
 SCHEMA = pa.schema([("id", pa.int64()), ("balance", pa.int64())])
 SOURCE = pa.schema([("id", pa.int64()), ("delta", pa.int64())])

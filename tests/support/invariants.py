@@ -5,7 +5,7 @@ once, at the version it was acknowledged with; no blind append ever failed; the 
 contents equal a replay of the history (appends add their ids, deletes remove theirs).
 
 Group commit (``group_commit=True``): one version may carry several acknowledged blind
-appends (:func:`eventlog.groupcommit.member_txn_ids`), so a commit is "in the log" when
+appends (:func:`eventlog.txn.groupcommit.member_txn_ids`), so a commit is "in the log" when
 its transaction id is among the txn ids its version carries; without group commit every
 version carries exactly one, and the checks are the plain one-commit-per-version ones.
 """
@@ -25,9 +25,9 @@ import pyarrow as pa
 import pytest
 
 from eventlog import CommitResult, DeltaConcurrentModificationException, Table, Transaction
-from eventlog.commitlog import SlotsSpec
-from eventlog.groupcommit import QueuedName, member_txn_ids
-from eventlog.storage import LogStore
+from eventlog.log.commitlog import SlotsSpec
+from eventlog.log.storage import LogStore
+from eventlog.txn.groupcommit import QueuedName, member_txn_ids
 
 SCHEMA = pa.schema([("id", pa.int64()), ("worker", pa.int64()), ("batch", pa.int64())])
 

@@ -20,7 +20,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from eventlog import CommitStateUnknownError, RetryPolicy, SlotStoreError, Table
-from eventlog.storage import LogStore
+from eventlog.log.storage import LogStore
 from lockstore.zookeeper import ZooKeeperSlotStore
 from tests.support.invariants import SCHEMA, check_invariants, run_writers
 

@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
-from eventlog import CommitResult, Table, groupcommit
-from eventlog.groupcommit import GROUP_FIELD, QueuedName, member_txn_ids
-from eventlog.storage import LogStore
+from eventlog import CommitResult, Table
+from eventlog.log.storage import LogStore
+from eventlog.txn import groupcommit
+from eventlog.txn.groupcommit import GROUP_FIELD, QueuedName, member_txn_ids
 from lockstore import SlotClaim
 from lockstore.zookeeper import ZooKeeperSlotStore
 from tests.conftest import SCHEMA as ROWS_SCHEMA

@@ -1,0 +1,5 @@
+"""The ``eventlog`` command line."""
+
+from eventlog.cli.main import main
+
+__all__ = ["main"]

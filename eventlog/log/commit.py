@@ -1,0 +1,68 @@
+"""A published commit: one version of the log and its actions, in file order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from eventlog.log.actions import (
+    Action,
+    AddFile,
+    CommitInfo,
+    DomainMetadata,
+    Metadata,
+    Protocol,
+    RemoveFile,
+    SetTransaction,
+)
+
+__all__ = ["Commit"]
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """One published version: its actions, in file order."""
+
+    version: int
+    actions: tuple[Action, ...]
+
+    @property
+    def commit_info(self) -> CommitInfo | None:
+        for a in self.actions:
+            if isinstance(a, CommitInfo):
+                return a
+        return None
+
+    @property
+    def timestamp(self) -> int | None:
+        info = self.commit_info
+        return info.timestamp if info is not None else None
+
+    @property
+    def adds(self) -> list[AddFile]:
+        return [a for a in self.actions if isinstance(a, AddFile)]
+
+    @property
+    def removes(self) -> list[RemoveFile]:
+        return [a for a in self.actions if isinstance(a, RemoveFile)]
+
+    @property
+    def metadata(self) -> Metadata | None:
+        for a in self.actions:
+            if isinstance(a, Metadata):
+                return a
+        return None
+
+    @property
+    def protocol(self) -> Protocol | None:
+        for a in self.actions:
+            if isinstance(a, Protocol):
+                return a
+        return None
+
+    @property
+    def txns(self) -> list[SetTransaction]:
+        return [a for a in self.actions if isinstance(a, SetTransaction)]
+
+    @property
+    def domains(self) -> list[DomainMetadata]:
+        return [a for a in self.actions if isinstance(a, DomainMetadata)]

@@ -1,0 +1,332 @@
+"""The commit log of one table: the event store behind snapshots and transactions.
+
+A :class:`CommitLog` reads and caches commits (decoded once, shared by conflict checks and
+snapshot folds), finds the latest version (finishing claimed-but-unpublished slots from
+their staged commits, so readers never see a gap), publishes claimed versions, and
+repairs slots whose commit was provably lost. It knows nothing of snapshots or
+operations: :class:`eventlog.table.Table` builds those on top.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+import time
+import uuid
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from eventlog.errors import CorruptLogError, SlotStoreError
+from eventlog.log.actions import ENGINE_INFO, ActionDecodeError, CommitInfo, decode_commit, encode_commit
+from eventlog.log.commit import Commit
+from eventlog.log.storage import LogStore
+from lockstore import (
+    InMemorySlotStore,
+    LocalFileSlotStore,
+    SlotRecord,
+    SlotStore,
+    SlotStoreUnavailableError,
+)
+from lockstore.registry import ENV_VAR, open_slot_store, release_slot_store
+
+logger = logging.getLogger("eventlog.log.commitlog")
+
+_COMMIT_CACHE_SIZE = 512
+# For slot stores that cannot tell whether a writer lives: how old a claim with a lost
+# staged file must be before it is repaired.
+REPAIR_GRACE_SECONDS = 300.0
+PUBLISH_GRACE_SECONDS = 0.02
+RECOVERY_MARK_AGE = 0.25  # a live owner publishes within milliseconds of its claim
+SlotsSpec = SlotStore | str | None
+
+
+def resolve_slots(spec: SlotsSpec, log: LogStore) -> SlotStore:
+    """The slot store for a table: explicit, ``$EVENTLOG_SLOTS``, or the embedded default."""
+    if isinstance(spec, SlotStore):
+        return spec
+    spec = spec or os.environ.get(ENV_VAR) or None
+    if spec is not None:
+        return open_slot_store(spec)
+    if log.is_local:
+        return LocalFileSlotStore(os.path.join(log.root, "_eventlog", "slots"))
+    if log.fs.protocol in ("memory", ("memory",)) or "memory" in tuple(log.fs.protocol):
+        return InMemorySlotStore.shared()
+    # Any other filesystem: slots on this machine's disk (safe for one machine only).
+    return LocalFileSlotStore(os.path.join(os.path.expanduser("~"), ".cache", "eventlog", "slots"))
+
+
+def acquire_slots(spec: SlotsSpec, log: LogStore) -> tuple[SlotStore, Callable[[], None] | None]:
+    """:func:`resolve_slots`, and how to give the store back once the table is done with it
+    (:func:`lockstore.registry.release_slot_store`); None for a store the caller passed in,
+    which stays the caller's to close."""
+    if isinstance(spec, SlotStore):
+        return spec, None
+    store = resolve_slots(spec, log)
+    return store, functools.partial(release_slot_store, store)
+
+
+def _release_quietly(release: Callable[[], None], uri: str) -> None:
+    # May run inside a garbage collection or at exit: never raise.
+    try:
+        release()
+    except Exception as exc:
+        logger.warning("%s: releasing the slot store failed: %s", uri, exc)
+
+
+class CommitLog:
+    """Commits of one table: reading, caching, latest version, publishing, repair."""
+
+    def __init__(self, log: LogStore, slots: SlotStore, *, published: int = -1) -> None:
+        self.log = log
+        self.slots = slots
+        self._published = published  # versions known to be published (a watermark)
+        self._commits: OrderedDict[int, Commit] = OrderedDict()
+        self._lock = threading.RLock()
+        self._release: Callable[[], object] | None = None
+
+    def own_slots(self, release: Callable[[], None]) -> None:
+        """Call ``release`` once, when this log is closed or garbage collected (or at exit):
+        the table opened the slot store and gives it back then. ``release`` must not refer
+        to this log (a ``weakref.finalize`` holds it)."""
+        self._release = weakref.finalize(self, _release_quietly, release, self.uri)
+
+    def close(self) -> None:
+        """Give back the slot store this log opened (:meth:`own_slots`). Idempotent, any thread."""
+        if self._release is not None:
+            self._release()
+
+    @property
+    def uri(self) -> str:
+        return self.log.uri
+
+    @property
+    def key(self) -> str:
+        """The key of this table's version slots in the slot store."""
+        return self.log.uri
+
+    def note_listed(self, version: int) -> None:
+        """Versions up to ``version`` were seen in a listing of the log: they are published."""
+        with self._lock:
+            self._published = max(self._published, version)
+
+    def note_published(self, commit: Commit) -> None:
+        """Remember a commit this process published (cached for later readers)."""
+        with self._lock:
+            self._cache(commit)
+            self._published = max(self._published, commit.version)
+
+    def latest_version(self, claimed: int | None = None) -> int:
+        """Latest version: finishes claimed-but-unpublished slots, then probes the log.
+
+        ``claimed``: the slot store's latest version if the caller just read it (saves a
+        round trip). Raises :class:`SlotStoreError` when the slot store cannot be reached.
+        """
+        try:
+            return self._latest_version(claimed)
+        except SlotStoreUnavailableError as exc:
+            raise SlotStoreError(
+                f"{self.uri}: the version-slot store is unreachable: {exc}", uri=self.uri
+            ) from exc
+
+    def _latest_version(self, claimed: int | None) -> int:
+        if claimed is None:
+            claimed = self.slots.latest(self.key)
+        with self._lock:
+            published = self._published
+        for version in range(published + 1, claimed + 1):
+            if not self.log.commit_exists(version) and not (
+                version == claimed and self._published_soon(version)
+            ):
+                self._recover(version, hot=True)
+        latest = max(claimed, published)
+        # Commits written without a slot (another Delta writer, run sequentially).
+        while self.log.commit_exists(latest + 1):
+            latest += 1
+        with self._lock:
+            self._published = max(self._published, latest)
+        return latest
+
+    def _published_soon(self, version: int) -> bool:
+        """Give the owner of the newest claim a moment to publish it before recovering it.
+
+        The claim and the publish are two steps, and readers woken by the claim (group
+        commit's members) would otherwise all race the owner to publish. Waits at most
+        ``PUBLISH_GRACE_SECONDS``, checking with a growing interval.
+        """
+        deadline = time.monotonic() + PUBLISH_GRACE_SECONDS
+        pause = 0.0002
+        while time.monotonic() < deadline:
+            time.sleep(pause)
+            if self.log.commit_exists(version):
+                return True
+            pause = min(pause * 2, 0.005)
+        return False
+
+    def _recover(self, version: int, *, hot: bool = False) -> None:
+        """Publish a claimed version whose writer has not (yet) done so, from its staged file.
+
+        ``hot``: found by a reader. A fresh claim's owner is usually publishing it this very
+        moment (group commit wakes its members on the claim), so the reader publishes but
+        leaves the completion mark (a slot-store write) to a live owner whose claim is
+        younger than ``RECOVERY_MARK_AGE`` seconds. Stores that cannot tell whether the
+        owner lives get the mark at once.
+        """
+        record = self.slots.get(self.key, version)
+        if record is None:
+            raise CorruptLogError(
+                f"{self.uri}: slot store reports version {version} claimed but holds no claim",
+                uri=self.uri,
+                version=version,
+            )
+        data = self.log.read_staged(record.claim.staged)
+        if data is None:
+            if self.log.commit_exists(version):
+                return
+            data = self._repair_commit(version, record)
+        published = self.log.publish(version, record.claim.staged, data)
+        fresh_live_owner = hot and (
+            not published
+            or (record.age < RECOVERY_MARK_AGE and self.slots.owner_alive(self.key, version) is True)
+        )
+        if not fresh_live_owner:
+            self.slots.mark_complete(self.key, version)
+
+    def repair_slots(self, *, dry_run: bool = False, limit: int = 100) -> list[dict[str, Any]]:
+        """Finish or resolve incomplete slots among the newest ``limit``; report each action.
+
+        Safe by construction: a slot whose commit is published is only marked complete; a
+        slot with a staged file is published from it (the commit its writer decided on); a
+        slot with neither is resolved with a REPAIR commit only when its writer is provably
+        gone (see :meth:`_repair_commit`). Slots of live writers are left alone.
+        """
+        actions: list[dict[str, Any]] = []
+        for record in self.slots.recent(self.key, limit=limit, incomplete_only=True):
+            version = record.version
+            entry: dict[str, Any] = {"version": version, "txn_id": record.claim.txn_id}
+            if self.log.commit_exists(version):
+                entry["action"] = "mark-complete"
+                if not dry_run:
+                    self.slots.mark_complete(self.key, version)
+            elif self.log.read_staged(record.claim.staged) is not None:
+                entry["action"] = "publish-staged"
+                if not dry_run:
+                    self._recover(version)
+            elif self.slots.owner_alive(self.key, version) is False or (
+                self.slots.owner_alive(self.key, version) is None and record.age >= REPAIR_GRACE_SECONDS
+            ):
+                entry["action"] = "repair-commit"
+                if not dry_run:
+                    self._recover(version)
+            else:
+                entry["action"] = "skip: writer may be alive"
+            actions.append(entry)
+        return actions
+
+    def _repair_commit(self, version: int, record: SlotRecord) -> bytes:
+        """The commit that resolves a claimed slot whose commit is provably lost.
+
+        The staged file is written before the claim and deleted only after publishing, so
+        a claimed slot with neither file was damaged from outside. Once its writer is
+        provably gone (its ZooKeeper session expired, or, for stores that cannot tell,
+        the claim is older than the grace period) the slot is resolved with an empty
+        REPAIR commit, so the table moves on and the log records what happened.
+        """
+        alive = self.slots.owner_alive(self.key, version)
+        if alive or (alive is None and record.age < REPAIR_GRACE_SECONDS):
+            raise CorruptLogError(
+                f"{self.uri}: version {version} was claimed by txn {record.claim.txn_id} "
+                f"({dict(record.claim.owner)}, {record.age:.0f}s ago) but neither {version}.json nor its "
+                f"staged file {record.claim.staged} exists, and its writer may still be alive; "
+                "retry later (it is repaired once the writer is provably gone)",
+                uri=self.uri,
+                version=version,
+            )
+        logger.warning("repairing lost slot %s of %s (txn %s)", version, self.uri, record.claim.txn_id)
+        info = CommitInfo(
+            timestamp=int(time.time() * 1000),
+            operation="REPAIR",
+            operation_parameters={
+                "version": str(version),
+                "lostTxnId": record.claim.txn_id,
+                "owner": orjson.dumps(dict(record.claim.owner)).decode(),
+                "reason": "claimed slot whose staged commit file is gone",
+            },
+            isolation_level="SnapshotIsolation",
+            is_blind_append=False,
+            txn_id=str(uuid.uuid4()),
+            engine_info=ENGINE_INFO,
+        )
+        return encode_commit([info])
+
+    def publish_claimed(self, version: int, staged_name: str, data: bytes, txn_id: str) -> bool:
+        """Make a version this process claimed visible (idempotent with recovery).
+
+        False when the log already holds *another* commit at ``version``: a writer that
+        does not use this slot store (e.g. another Delta library) took it. The caller then
+        treats the version as lost and retries above it.
+        """
+        if not self.log.publish(version, staged_name, data):
+            existing = self.read_commit(version, required=True)
+            assert existing is not None
+            info = existing.commit_info
+            if info is None or info.txn_id != txn_id:
+                logger.warning(
+                    "version %s of %s was claimed by txn %s but written by another writer",
+                    version,
+                    self.uri,
+                    txn_id,
+                )
+                return False
+        self.slots.mark_complete(self.key, version)
+        return True
+
+    def commits_between(self, first: int, last: int) -> list[Commit]:
+        """Commits ``first..last`` (inclusive), read from the log or the cache."""
+        return self._read_range(first, last)
+
+    def _read_range(self, first: int, last: int) -> list[Commit]:
+        out = []
+        for version in range(first, last + 1):
+            commit = self.read_commit(version, required=True)
+            assert commit is not None
+            out.append(commit)
+        return out
+
+    def read_commit(self, version: int, *, required: bool) -> Commit | None:
+        with self._lock:
+            cached = self._commits.get(version)
+        if cached is not None:
+            return cached
+        data = self.log.read_commit(version)
+        if data is None:
+            if not required:
+                return None
+            raise CorruptLogError(
+                f"{self.uri}: the commit log has a gap: version {version} is missing",
+                uri=self.uri,
+                version=version,
+            )
+        try:
+            commit = Commit(version, tuple(decode_commit(data)))
+        except ActionDecodeError as exc:
+            raise CorruptLogError(
+                f"{self.uri}: corrupt commit {version} ({self.log.commit_path(version)}) {exc}",
+                uri=self.uri,
+                version=version,
+                line=exc.line,
+            ) from exc
+        with self._lock:
+            self._cache(commit)
+        return commit
+
+    def _cache(self, commit: Commit) -> None:
+        self._commits[commit.version] = commit
+        self._commits.move_to_end(commit.version)
+        while len(self._commits) > _COMMIT_CACHE_SIZE:
+            self._commits.popitem(last=False)

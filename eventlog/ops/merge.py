@@ -1,0 +1,493 @@
+"""MERGE INTO: upsert a source table into the target, in one transaction.
+
+The ON condition is split into its conjuncts:
+
+* ``t.col = s.col`` equalities become join keys (at least one is required);
+* target-only conjuncts (e.g. ``t.date = '2024-01-01'``) prune the target files and are
+  the transaction's read predicate, so MERGEs with explicit, disjoint partition
+  predicates do not conflict (Delta's documented fix for ConcurrentAppendException);
+* every other conjunct is evaluated on the joined rows.
+
+Clauses are evaluated in order; the first whose condition holds applies to a row. A
+target row matched by several source rows is an error when an update or delete clause
+could apply to it (Delta's cardinality rule). Target files holding at least one updated
+or deleted row are rewritten; inserted rows go to new files.
+
+Like every operation, MERGE follows one rule: running it *stages* (plans, writes the new
+files, records the reads) and committing publishes. :class:`MergeBuilder` (from
+``txn.merge(...)``) stages on ``execute()`` and leaves the commit to ``txn.commit()``,
+which runs the conflict check against every commit that won meanwhile.
+:class:`TableMergeBuilder` (from ``Table.merge(...)``) is the one-shot form: ``execute()``
+stages in its own transaction and commits it at once, like ``Table.delete`` and the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Self
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from eventlog import expr as ex
+from eventlog.errors import InvalidInputError, MergeCardinalityError, PredicateError, UnknownColumnError
+from eventlog.files.scan import FileScan, top_level_columns
+from eventlog.files.schema import conform
+from eventlog.log.actions import AddFile
+from eventlog.ops.operations import apply_assignments, check_append_only, to_arrow_table, write_rows
+from eventlog.txn.transaction import CommitResult
+from eventlog.txn.transaction import CoreTransaction as Transaction
+
+_FILE = "__eventlog_file"
+_ROW = "__eventlog_row"
+_SRC = "__eventlog_src"
+_IDX = "__eventlog_idx"
+
+
+@dataclass(frozen=True)
+class _Clause:
+    kind: str  # "update", "delete", "insert"
+    condition: ex.Expr | None
+    assignments: Mapping[str, ex.Expr]
+    sql: str | None
+
+
+class _MergeClauses:
+    """Delta's merge builder: ``when_matched_*`` / ``when_not_matched_*``, then ``execute()``.
+
+    The clauses and the plan; the subclasses decide what ``execute()`` returns.
+    """
+
+    def __init__(
+        self,
+        txn: Transaction,
+        source: Any,
+        on: str,
+        *,
+        source_alias: str = "source",
+        target_alias: str = "target",
+    ) -> None:
+        if source_alias == target_alias:
+            raise InvalidInputError("source_alias and target_alias must differ")
+        self.txn = txn
+        self.source = to_arrow_table(source)
+        self.target_alias = target_alias
+        self.source_alias = source_alias
+        self.on_sql = on
+        self.target_schema = txn.schema
+        self.qualifiers = {target_alias: self.target_schema, source_alias: self.source.schema}
+        self.on = ex.parse_predicate(on, self.target_schema, qualifiers=self.qualifiers, context="merge ON")
+        self.matched: list[_Clause] = []
+        self.not_matched: list[_Clause] = []
+
+    # ------------------------------------------------------------------ clauses
+
+    def _cond(self, condition: str | None) -> ex.Expr | None:
+        if condition is None:
+            return None
+        return ex.parse_predicate(
+            condition, self.target_schema, qualifiers=self.qualifiers, context="merge clause"
+        )
+
+    def _assign(self, values: Mapping[str, str]) -> dict[str, ex.Expr]:
+        by_lower = {n.lower(): n for n in self.target_schema.names}
+        out: dict[str, ex.Expr] = {}
+        for column, sql in values.items():
+            name = by_lower.get(column.split(".")[-1].lower())
+            if name is None:
+                raise UnknownColumnError(column, list(self.target_schema.names), "merge SET")
+            out[name] = ex.parse_expression(
+                sql, self.target_schema, qualifiers=self.qualifiers, context=f"merge SET {name}"
+            )
+        return out
+
+    def _all_from_source(self) -> dict[str, ex.Expr]:
+        source_names = {n.lower(): n for n in self.source.schema.names}
+        out: dict[str, ex.Expr] = {}
+        for name in self.target_schema.names:
+            src = source_names.get(name.lower())
+            if src is not None:
+                out[name] = ex.Column(src, self.source_alias)
+        if not out:
+            raise InvalidInputError("the merge source shares no column with the target")
+        extra = sorted(set(source_names) - {n.lower() for n in self.target_schema.names})
+        if extra:
+            raise InvalidInputError(f"merge source columns not in the target: {extra}")
+        return out
+
+    def when_matched_update(self, condition: str | None = None, set: Mapping[str, str] | None = None) -> Self:
+        if not set:
+            raise InvalidInputError("when_matched_update needs a non-empty set mapping")
+        self.matched.append(_Clause("update", self._cond(condition), self._assign(set), condition))
+        return self
+
+    def when_matched_update_all(self, condition: str | None = None) -> Self:
+        self.matched.append(_Clause("update", self._cond(condition), self._all_from_source(), condition))
+        return self
+
+    def when_matched_delete(self, condition: str | None = None) -> Self:
+        self.matched.append(_Clause("delete", self._cond(condition), {}, condition))
+        return self
+
+    def when_not_matched_insert(
+        self, condition: str | None = None, values: Mapping[str, str] | None = None
+    ) -> Self:
+        if not values:
+            raise InvalidInputError("when_not_matched_insert needs a non-empty values mapping")
+        self.not_matched.append(_Clause("insert", self._cond(condition), self._assign(values), condition))
+        return self
+
+    def when_not_matched_insert_all(self, condition: str | None = None) -> Self:
+        self.not_matched.append(_Clause("insert", self._cond(condition), self._all_from_source(), condition))
+        return self
+
+    # ------------------------------------------------------------------ execution
+
+    def _resolve(self, col: ex.Column) -> str:
+        return f"{col.qualifier}.{col.name}"
+
+    def target_predicate(self) -> ex.Expr | None:
+        """The ON condition's target-only conjuncts, unqualified: what the MERGE reads.
+
+        This is the transaction's read predicate, so engines that run the MERGE elsewhere
+        (Spark) record exactly the reads the plain-Python MERGE records.
+        """
+        _, target_only, _ = self._split_on()
+        return _unqualify(ex.conjoin(target_only)) if target_only else None
+
+    def _split_on(self) -> tuple[list[tuple[str, str]], list[ex.Expr], list[ex.Expr]]:
+        keys: list[tuple[str, str]] = []
+        target_only: list[ex.Expr] = []
+        residual: list[ex.Expr] = []
+        for conj in ex.conjuncts(self.on):
+            quals = {c.qualifier for c in ex.referenced_columns(conj)}
+            if (
+                isinstance(conj, ex.Call)
+                and conj.op == "eq"
+                and all(isinstance(a, ex.Column) for a in conj.args)
+            ):
+                a, b = conj.args
+                assert isinstance(a, ex.Column) and isinstance(b, ex.Column)
+                if {a.qualifier, b.qualifier} == {self.target_alias, self.source_alias}:
+                    t, s = (a, b) if a.qualifier == self.target_alias else (b, a)
+                    keys.append((t.name, s.name))
+                    continue
+            if quals == {self.target_alias}:
+                target_only.append(conj)
+            else:
+                residual.append(conj)
+        if not keys:
+            raise PredicateError(
+                "MERGE needs at least one equality between a target and a source column in ON",
+                expression=self.on_sql,
+            )
+        return keys, target_only, residual
+
+    def _stage(self) -> None:
+        """Plan the merge, write its files and record its reads on the transaction."""
+        txn = self.txn
+        if not self.matched and not self.not_matched:
+            raise InvalidInputError("MERGE needs at least one WHEN clause")
+        params = {
+            "predicate": self.on_sql,
+            "matchedPredicates": [{"actionType": c.kind, "predicate": c.sql} for c in self.matched],
+            "notMatchedPredicates": [{"actionType": c.kind, "predicate": c.sql} for c in self.not_matched],
+        }
+        txn.set_operation("MERGE", params)
+        if self.matched:
+            check_append_only(txn, "MERGE with WHEN MATCHED")
+        keys, _, residual = self._split_on()
+        target_pred = self.target_predicate()
+        files = txn.scan(target_pred)
+        txn.add_metrics(**self._plan(files, keys, target_pred, residual))
+
+    def _plan(
+        self, files: list[AddFile], keys: list[tuple[str, str]], target_pred: ex.Expr | None,
+        residual: list[ex.Expr],
+    ) -> dict[str, int]:  # fmt: skip
+        txn = self.txn
+        schema = self.target_schema
+        target = self._read_target(files, target_pred)
+        if target_pred is not None and target.num_rows:
+            eligible = target.filter(ex.evaluate_mask(target_pred, target))
+        else:
+            eligible = target
+        source = self.source.append_column(_SRC, pa.array(np.arange(self.source.num_rows, dtype=np.int64)))
+        pairs = _join(eligible, source, keys)
+        joined = _gather(eligible, source, pairs, self.target_alias, self.source_alias)
+        if residual and joined.num_rows:
+            keep = ex.evaluate_mask(ex.conjoin(residual), joined, self._resolve)
+            joined = joined.filter(keep)
+        matched_sources = set(joined.column(f"{self.source_alias}.{_SRC}").to_pylist())
+        updates, deletes = self._apply_matched(joined)
+        inserted = self._insert(source, matched_sources)
+        touched_ids = (
+            set(updates.column(f"{self.target_alias}.{_FILE}").to_pylist()) if updates.num_rows else set()
+        )
+        touched_ids |= set(deletes.keys())
+        touched = [files[i] for i in sorted(touched_ids)]
+        if txn.deletion_vectors_enabled:
+            # Old images of updated rows and deleted rows become DV deletes; only the new
+            # images are written.
+            self._delete_by_dv(files, touched_ids, updates, deletes)
+            rewritten = updates.select(schema.names) if updates.num_rows else None
+        else:
+            rewritten = self._rewrite(touched_ids, updates, deletes)
+            txn.remove_files(touched)
+        out_parts = [t for t in (rewritten, inserted) if t is not None and t.num_rows]
+        if out_parts:
+            write_rows(txn, conform(pa.concat_tables(out_parts), schema, context="merge"))
+        return {
+            "numTargetFilesRemoved": len(touched),
+            "numTargetRowsUpdated": updates.num_rows,
+            "numTargetRowsDeleted": sum(len(v) for v in deletes.values()),
+            "numTargetRowsInserted": inserted.num_rows if inserted is not None else 0,
+            "numSourceRows": self.source.num_rows,
+        }
+
+    def _needed_columns(self) -> list[str]:
+        """The target columns the join, the ON condition and the clauses read (schema order)."""
+        exprs: list[ex.Expr] = [self.on]
+        for clause in (*self.matched, *self.not_matched):
+            if clause.condition is not None:
+                exprs.append(clause.condition)
+            exprs.extend(clause.assignments.values())
+        t = self.target_alias
+        wanted = {c for e in exprs for c in top_level_columns(e, self.target_schema, qualifier=t)}
+        return [n for n in self.target_schema.names if n in wanted]
+
+    def _read_target(self, files: list[AddFile], target_pred: ex.Expr | None) -> pa.Table:
+        """The live target rows of ``files`` that may satisfy ``target_pred``: only the
+        columns the MERGE reads (:meth:`_needed_columns`), of only the row groups whose
+        statistics allow ``target_pred``, with their file id and physical position. Full
+        rows are read later, for the rows that need them (:meth:`_full_rows`)."""
+        txn = self.txn
+        self._needed = self._needed_columns()
+        self._scans: list[FileScan] = []
+        self._whole: dict[int, tuple[pa.Table, np.ndarray]] = {}  # file id: every live row, positions
+        parts = []
+        for i, f in enumerate(files):
+            scan = FileScan(
+                txn.table.log.fs, txn.table.log.root, f, self.target_schema, txn.metadata.partition_columns
+            )
+            self._scans.append(scan)
+            rows, positions = scan.live_rows(self._needed, skip_by=target_pred)
+            rows = rows.append_column(_FILE, pa.array(np.full(rows.num_rows, i, dtype=np.int64)))
+            rows = rows.append_column(_ROW, pa.array(positions))
+            parts.append(rows)
+        if not parts:
+            needed = pa.schema([self.target_schema.field(n) for n in self._needed])
+            return needed.append(pa.field(_FILE, pa.int64())).append(pa.field(_ROW, pa.int64())).empty_table()
+        return pa.concat_tables(parts)
+
+    def _whole_file(self, fid: int) -> tuple[pa.Table, np.ndarray]:
+        """Every live row of file ``fid`` (all columns) and their physical positions, read once."""
+        got = self._whole.get(fid)
+        if got is None:
+            got = self._whole[fid] = self._scans[fid].live_rows()
+        return got
+
+    def _full_rows(self, file_ids: pa.ChunkedArray, positions: pa.ChunkedArray) -> pa.Table:
+        """All target columns of the rows at (file id, physical position), in that order.
+
+        With deletion vectors only the row groups holding them are read; without, the whole
+        file is read once, since the rewrite needs every row of it anyway."""
+        fids = np.asarray(file_ids.to_numpy(), dtype=np.int64)
+        pos = np.asarray(positions.to_numpy(), dtype=np.int64)
+        order = np.empty(len(fids), dtype=np.int64)
+        parts: list[pa.Table] = []
+        offset = 0
+        for fid in np.unique(fids):
+            at = np.flatnonzero(fids == fid)
+            wanted = np.unique(pos[at])
+            if self.txn.deletion_vectors_enabled:
+                parts.append(self._scans[fid].rows_at(wanted))
+            else:
+                rows, live = self._whole_file(int(fid))
+                parts.append(rows.take(pa.array(np.searchsorted(live, wanted), pa.int64())))
+            order[at] = offset + np.searchsorted(wanted, pos[at])
+            offset += len(wanted)
+        if not parts:
+            return self.target_schema.empty_table()
+        return pa.concat_tables(parts).take(pa.array(order, pa.int64()))
+
+    def _apply_matched(self, joined: pa.Table) -> tuple[pa.Table, dict[int, set[int]]]:
+        """(updated target rows with file/row ids, {file id: deleted row ids})."""
+        t = self.target_alias
+        deletes: dict[int, set[int]] = {}
+        empty_updates = pa.table({f"{t}.{_FILE}": pa.array([], pa.int64())})
+        if not self.matched or joined.num_rows == 0:
+            return empty_updates, deletes
+        ids = pc.add(pc.multiply(joined[f"{t}.{_FILE}"], 1 << 32), joined[f"{t}.{_ROW}"])
+        counts = pc.value_counts(ids)
+        if joined.num_rows and pc.max(counts.field("counts")).as_py() > 1:
+            unconditional_delete_only = (
+                len(self.matched) == 1
+                and self.matched[0].kind == "delete"
+                and (self.matched[0].condition is None)
+            )
+            if not unconditional_delete_only:
+                dup = int(pc.sum(pc.greater(counts.field("counts"), 1)).as_py())
+                raise MergeCardinalityError(
+                    f"MERGE matched {dup} target rows with more than one source row; a target row "
+                    "can be updated or deleted by at most one source row",
+                    rows=dup,
+                )
+        remaining = pa.array(np.ones(joined.num_rows, dtype=bool))
+        updated: list[pa.Table] = []
+        for clause in self.matched:
+            cond = ex.evaluate_mask(clause.condition, joined, self._resolve) if clause.condition else None
+            hit = pc.and_(remaining, cond) if cond is not None else remaining
+            remaining = pc.and_(remaining, pc.invert(hit))
+            rows = joined.filter(hit)
+            if rows.num_rows == 0:
+                continue
+            if clause.kind == "delete":
+                for fid, rid in zip(
+                    rows[f"{t}.{_FILE}"].to_pylist(), rows[f"{t}.{_ROW}"].to_pylist(), strict=True
+                ):
+                    deletes.setdefault(fid, set()).add(rid)
+            else:
+                if len(self._needed) == len(self.target_schema.names):
+                    target_cols = pa.table({n: rows[f"{t}.{n}"] for n in self.target_schema.names})
+                else:  # the joined rows hold only the columns the MERGE reads
+                    target_cols = self._full_rows(rows[f"{t}.{_FILE}"], rows[f"{t}.{_ROW}"])
+                new = apply_assignments(
+                    target_cols,
+                    None,
+                    clause.assignments,
+                    self.target_schema,
+                    source=rows,
+                    resolve=self._resolve,
+                )
+                new = new.append_column(f"{t}.{_FILE}", rows[f"{t}.{_FILE}"])
+                new = new.append_column(f"{t}.{_ROW}", rows[f"{t}.{_ROW}"])
+                updated.append(new)
+        return (pa.concat_tables(updated) if updated else empty_updates), deletes
+
+    def _insert(self, source: pa.Table, matched: set[int]) -> pa.Table | None:
+        if not self.not_matched:
+            return None
+        src_ids = source[_SRC]
+        unmatched_mask = pc.invert(pc.is_in(src_ids, pa.array(sorted(matched), pa.int64())))
+        rows = source.filter(unmatched_mask)
+        s = self.source_alias
+        env = pa.table({f"{s}.{n}": rows[n] for n in self.source.schema.names}) if rows.num_rows else None
+        if env is None:
+            return None
+        remaining = pa.array(np.ones(rows.num_rows, dtype=bool))
+        out: list[pa.Table] = []
+        for clause in self.not_matched:
+            cond = ex.evaluate_mask(clause.condition, env, self._resolve) if clause.condition else None
+            hit = pc.and_(remaining, cond) if cond is not None else remaining
+            remaining = pc.and_(remaining, pc.invert(hit))
+            chosen = env.filter(hit)
+            if chosen.num_rows == 0:
+                continue
+            cols: dict[str, Any] = {}
+            for field in self.target_schema:
+                expr = clause.assignments.get(field.name)
+                if expr is None:
+                    cols[field.name] = pa.nulls(chosen.num_rows, field.type)
+                else:
+                    try:
+                        cols[field.name] = pc.cast(ex.evaluate(expr, chosen, self._resolve), field.type)
+                    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                        raise InvalidInputError(f"cannot insert into column {field.name!r}: {exc}") from exc
+            out.append(pa.table(cols))
+        return pa.concat_tables(out) if out else None
+
+    def _delete_by_dv(
+        self, files: list[AddFile], touched: set[int], updates: pa.Table, deletes: dict[int, set[int]]
+    ) -> None:
+        t = self.target_alias
+        rows_by_file: dict[int, set[int]] = {fid: set(rids) for fid, rids in deletes.items()}
+        if updates.num_rows:
+            for fid, rid in zip(
+                updates[f"{t}.{_FILE}"].to_pylist(), updates[f"{t}.{_ROW}"].to_pylist(), strict=True
+            ):
+                rows_by_file.setdefault(fid, set()).add(rid)
+        for fid in sorted(touched):
+            scan = self._scans[fid]
+            positions = np.fromiter(sorted(rows_by_file.get(fid, ())), dtype=np.int64)
+            self.txn.delete_rows(files[fid], positions, scan.deleted, scan.num_rows)
+        self.txn.flush_deletes()
+
+    def _rewrite(self, touched: set[int], updates: pa.Table, deletes: dict[int, set[int]]) -> pa.Table | None:
+        """Every row of the touched files but the updated and deleted ones, then the updates."""
+        if not touched:
+            return None
+        t = self.target_alias
+        drop: dict[int, set[int]] = {fid: set(rids) for fid, rids in deletes.items()}
+        if updates.num_rows:
+            for fid, rid in zip(
+                updates[f"{t}.{_FILE}"].to_pylist(), updates[f"{t}.{_ROW}"].to_pylist(), strict=True
+            ):
+                drop.setdefault(fid, set()).add(rid)
+        parts = []
+        for fid in sorted(touched):
+            rows, live = self._whole_file(fid)
+            gone = np.fromiter(drop.get(fid, ()), dtype=np.int64)
+            parts.append(rows.filter(pc.invert(pc.is_in(pa.array(live), pa.array(gone, pa.int64())))))
+        if updates.num_rows:
+            parts.append(updates.select(self.target_schema.names))
+        return pa.concat_tables(parts)
+
+
+class MergeBuilder(_MergeClauses):
+    """A MERGE staged in an explicit transaction (``txn.merge(...)``)."""
+
+    def execute(self) -> None:
+        """Stage the merge: plan it, write its files and record its reads. Nothing is
+        visible until ``txn.commit()``, which checks it against every newer commit."""
+        self.txn.stage(self._stage)
+
+
+class TableMergeBuilder(_MergeClauses):
+    """A MERGE in its own transaction (``Table.merge(...)``): ``execute()`` commits it."""
+
+    def execute(self) -> CommitResult:
+        """Stage the merge, then commit its transaction; returns the commit's result."""
+        self.txn.stage(self._stage)
+        return self.txn.commit()
+
+
+def _unqualify(expr: ex.Expr) -> ex.Expr:
+    """A target-only expression with its ``t.`` qualifiers dropped (for scans on the target)."""
+    if isinstance(expr, ex.Column):
+        return ex.Column(expr.name)
+    if isinstance(expr, ex.Call):
+        return ex.Call(expr.op, tuple(_unqualify(a) for a in expr.args))
+    return expr
+
+
+def _join(target: pa.Table, source: pa.Table, keys: list[tuple[str, str]]) -> pa.Table:
+    """(target row index, target file, target row, source row) where all key pairs are equal
+    and non-null; the index is the row's index in ``target``."""
+    tk = [k for k, _ in keys]
+    sk = [k for _, k in keys]
+    names = [f"k{i}" for i in range(len(tk))]
+    left = target.select([*tk, _FILE, _ROW]).rename_columns([*names, _FILE, _ROW])
+    left = left.append_column(_IDX, pa.array(np.arange(left.num_rows, dtype=np.int64)))
+    right = source.select([*sk, _SRC]).rename_columns([*names, _SRC])
+    for i in range(len(keys)):
+        left = left.filter(pc.is_valid(left[f"k{i}"]))
+        right = right.filter(pc.is_valid(right[f"k{i}"]))
+        lt, rt = left.schema.field(f"k{i}").type, right.schema.field(f"k{i}").type
+        if lt != rt:
+            try:
+                right = right.set_column(i, f"k{i}", pc.cast(right[f"k{i}"], lt))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise InvalidInputError(f"merge key types differ: target {lt} vs source {rt}") from exc
+    return left.join(right, keys=names, join_type="inner").select([_IDX, _FILE, _ROW, _SRC])
+
+
+def _gather(target: pa.Table, source: pa.Table, pairs: pa.Table, t: str, s: str) -> pa.Table:
+    """The target and source rows of each matched pair, columns named ``alias.column``."""
+    trows = target.take(pairs[_IDX])
+    srows = source.take(pairs[_SRC])
+    cols = {f"{t}.{n}": trows[n] for n in trows.schema.names}
+    cols.update({f"{s}.{n}": srows[n] for n in srows.schema.names})
+    return pa.table(cols)

@@ -1,0 +1,101 @@
+"""The transaction users hold: every operation, staged on a :class:`CoreTransaction`.
+
+``Table.transaction()`` returns a :class:`Transaction`. Its operation methods
+(``txn.append``, ``txn.delete``, ``txn.merge(...)``, ...) follow one rule, as do the
+one-shot methods of :class:`~eventlog.table.Table`: running an operation only *stages* it
+(validates its input, records its reads, writes its new files, stages its actions);
+``txn.commit()`` checks it against the commits that won meanwhile and publishes it. An
+operation that fails aborts the transaction, deleting whatever files it wrote, so the
+table is left exactly as it was. ``Table.delete(...)`` and the other one-shot methods are
+a transaction, one staged operation and a commit.
+
+The core it builds on (:mod:`eventlog.txn.transaction`) records reads and staged writes and
+commits; it knows no operation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pyarrow as pa
+
+from eventlog.log.actions import AddFile
+from eventlog.ops import operations
+from eventlog.ops.merge import MergeBuilder
+from eventlog.txn.transaction import CoreTransaction
+
+__all__ = ["Transaction"]
+
+
+class Transaction(CoreTransaction):
+    """One atomic change to a table, with the operations users run on it."""
+
+    def append(self, data: pa.Table | pa.RecordBatch, *, schema_mode: str | None = None) -> None:
+        self.stage(lambda: operations.append(self, data, schema_mode=schema_mode))
+
+    def overwrite(
+        self,
+        data: pa.Table | pa.RecordBatch,
+        *,
+        replace_where: str | None = None,
+        schema_mode: str | None = None,
+    ) -> None:
+        self.stage(
+            lambda: operations.overwrite(self, data, replace_where=replace_where, schema_mode=schema_mode)
+        )
+
+    def append_files(
+        self, adds: Sequence[AddFile], *, schema: pa.Schema | None = None, num_rows: int | None = None
+    ) -> None:
+        """Append data files written elsewhere (e.g. by Spark tasks); see :mod:`operations`."""
+        self.stage(lambda: operations.append_files(self, adds, schema=schema, num_rows=num_rows))
+
+    def overwrite_files(
+        self,
+        adds: Sequence[AddFile],
+        *,
+        replace_where: str | None = None,
+        schema: pa.Schema | None = None,
+        num_rows: int | None = None,
+    ) -> None:
+        """Overwrite with data files written elsewhere; see :mod:`operations`."""
+        self.stage(
+            lambda: operations.overwrite_files(
+                self, adds, replace_where=replace_where, schema=schema, num_rows=num_rows
+            )
+        )
+
+    def delete(self, predicate: str | None = None) -> None:
+        self.stage(lambda: operations.delete(self, predicate))
+
+    def update(self, predicate: str | None = None, set: Mapping[str, str] | None = None) -> None:
+        self.stage(lambda: operations.update(self, predicate, set or {}))
+
+    def optimize(
+        self, *, zorder_by: Sequence[str] | None = None, partition_filter: str | None = None,
+        target_size: int | None = None,
+    ) -> None:  # fmt: skip
+        self.stage(
+            lambda: operations.optimize(
+                self, zorder_by=zorder_by, partition_filter=partition_filter, target_size=target_size
+            )
+        )
+
+    def restore(self, version: int) -> None:
+        self.stage(lambda: operations.restore(self, version))
+
+    def set_properties(self, properties: Mapping[str, str]) -> None:
+        self.stage(lambda: operations.set_properties(self, properties))
+
+    def unset_properties(self, keys: Sequence[str]) -> None:
+        self.stage(lambda: operations.unset_properties(self, keys))
+
+    def add_columns(self, fields: Sequence[pa.Field]) -> None:
+        self.stage(lambda: operations.add_columns(self, fields))
+
+    def merge(
+        self, source: pa.Table, on: str, *, source_alias: str = "source", target_alias: str = "target"
+    ) -> MergeBuilder:
+        """Start a MERGE staged in this transaction: add clauses, then ``execute()`` stages it
+        and ``commit()`` publishes it."""
+        return MergeBuilder(self, source, on, source_alias=source_alias, target_alias=target_alias)

@@ -1,0 +1,201 @@
+"""What the commit loops work on: a prepared commit, the table it goes to, and its result.
+
+A transaction hands its commit to a loop as values, never as itself:
+
+* :class:`PendingCommit` says what the transaction read and wrote (its actions, its
+  commitInfo, the summary the conflict checker needs, and the data files it created);
+* :class:`CommitTarget` is the small part of a table a loop uses (the log store, the
+  slot store, the latest version, reading winners, publishing, caching a new commit);
+* :class:`CommitAttempt` is the one mutable thing: the commit as it is rebased on the
+  winners of each turn (row-level resolution may rewrite its adds and removes, and its
+  timestamp moves past a winner's).
+
+Both :mod:`eventlog.txn.commitloop` and :mod:`eventlog.txn.groupcommit` run a
+:class:`CommitAttempt`, and neither knows the other or the transaction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Protocol
+
+from pyroaring import AbstractBitMap64
+
+from eventlog.files.datafiles import delete_files
+from eventlog.files.deletion_vectors import dv_file_path
+from eventlog.files.scan import file_deletes
+from eventlog.log.actions import Action, AddFile, CommitInfo, RemoveFile, encode_commit
+from eventlog.log.commit import Commit
+from eventlog.log.storage import LogStore
+from eventlog.snapshot import Snapshot
+from eventlog.txn.conflicts import TransactionSummary, WinningCommit, check_conflicts
+from eventlog.txn.retry import RetryPolicy
+from lockstore import SlotStore
+
+__all__ = ["CommitAttempt", "CommitResult", "CommitTarget", "PendingCommit", "PhaseTimer"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CommitResult:
+    """Outcome of a commit: the version, the attempts it took and the operation metrics."""
+
+    version: int
+    attempts: int
+    operation: str
+    metrics: Mapping[str, str]
+    txn_id: str = ""
+    skipped: bool = False  # an idempotent write whose app version was already committed
+    # Where the commit's time went, in ms: "stage", "check" (reading and conflict-checking
+    # winners), "claim", "publish", "backoff"; with group commit also "wait" (queued) and
+    # "gather"; "total" from staging to the result.
+    timings: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+
+class CommitTarget(Protocol):
+    """The part of a table that transactions and commit loops use (:class:`eventlog.table.Table`
+    is one): storage, slots, the latest version, past snapshots, reading and publishing commits."""
+
+    @property
+    def log(self) -> LogStore: ...
+    @property
+    def slots(self) -> SlotStore: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def uri(self) -> str: ...
+
+    app_id: str | None
+    retry_policy: RetryPolicy
+    group_commit: bool
+
+    def refresh(self) -> Snapshot: ...
+    def snapshot(self, version: int | None = None) -> Snapshot: ...
+    def latest_version(self, claimed: int | None = None) -> int: ...
+    def commits_between(self, first: int, last: int) -> list[Commit]: ...
+    def publish_claimed(self, version: int, staged_name: str, data: bytes, txn_id: str) -> bool: ...
+    def note_committed(self, commit: Commit) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class PendingCommit:
+    """A transaction's prepared commit: what it read (in ``summary``) and wrote."""
+
+    txn_id: str
+    read_version: int
+    info: CommitInfo
+    body: tuple[Action, ...]
+    summary: TransactionSummary
+    created: tuple[str, ...]  # data and DV files it wrote (table-relative), deleted if unused
+
+
+class PhaseTimer:
+    """Milliseconds spent per phase of one commit (see ``CommitResult.timings``)."""
+
+    def __init__(self) -> None:
+        self.ms: dict[str, float] = {}
+        self._started = time.perf_counter()
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.ms[name] = self.ms.get(name, 0.0) + (time.perf_counter() - t0) * 1000
+
+    def result(self) -> dict[str, float]:
+        return {**self.ms, "total": (time.perf_counter() - self._started) * 1000}
+
+
+class CommitAttempt:
+    """A pending commit on its way to a version: rebased on winners, then published."""
+
+    def __init__(self, target: CommitTarget, pending: PendingCommit) -> None:
+        self.target = target
+        self.txn_id = pending.txn_id
+        self.read_version = pending.read_version
+        self.info = pending.info
+        self.body = list(pending.body)
+        self.summary = pending.summary
+        self.created = pending.created
+        self.staged_name = f"{pending.txn_id}.json"
+        self.last_version = pending.read_version + 1
+        self.timer = PhaseTimer()
+        # Set when the loop leaves while the commit may still land (interrupted while
+        # queued for group commit): the files it wrote must then be kept.
+        self.may_still_land = False
+
+    def bytes(self) -> bytes:
+        return encode_commit([self.info, *self.body])
+
+    def _winner_bitmaps(self, commit: Commit) -> dict[str, AbstractBitMap64]:
+        """DV bitmaps of a winner's files that row-level resolution compares with ours."""
+        summary = self.summary
+        if not summary.row_level:
+            return {}
+        interest = set(summary.dv_updates) | {c.path for c in summary.compaction}
+        fs, root = self.target.log.fs, self.target.log.root
+        out: dict[str, AbstractBitMap64] = {}
+        for add in commit.adds:
+            if add.deletion_vector is not None and add.path in interest:
+                out[add.path] = file_deletes(fs, root, add)
+        return out
+
+    def check_winners(self, winners: Sequence[Commit]) -> bool:
+        """Conflict-check this commit against ``winners`` (ascending) and rebase it on them.
+
+        Raises the conflict; returns whether the commit's actions changed (row-level
+        resolution rewrote adds or removes, or the timestamp moved past a winner's), in
+        which case the caller re-stages it.
+        """
+        for commit in winners:
+            winner = WinningCommit.of(commit, self._winner_bitmaps(commit))
+            self.summary = check_conflicts(self.summary, winner)
+        rebuilt = self._rebuild_if_rebased()
+        return self._rebase_timestamp(winners) or rebuilt
+
+    def _rebuild_if_rebased(self) -> bool:
+        """Row-level resolution may rewrite this commit's adds and removes."""
+        files = [a for a in self.body if isinstance(a, (AddFile, RemoveFile))]
+        if files == [*self.summary.removes, *self.summary.adds]:
+            return False
+        others = [a for a in self.body if not isinstance(a, (AddFile, RemoveFile))]
+        self.body = [*others, *self.summary.removes, *self.summary.adds]
+        return True
+
+    def _rebase_timestamp(self, winners: Sequence[Commit]) -> bool:
+        """Keep commit timestamps increasing with versions (what time travel relies on)."""
+        latest_ts = max((c.timestamp or 0 for c in winners), default=0)
+        if latest_ts < self.info.timestamp:
+            return False
+        self.info = dataclasses.replace(self.info, timestamp=latest_ts + 1)
+        return True
+
+    def drop_unreferenced(self) -> None:
+        """Delete files the transaction wrote that the final commit does not reference
+        (row-level resolution can drop a compaction or replace a DV file by an inline DV)."""
+        final = self.summary.adds
+        used = {a.path for a in final}
+        used |= {
+            dv_file_path("", a.deletion_vector).lstrip("/")
+            for a in final
+            if a.deletion_vector is not None and a.deletion_vector.storage_type == "u"
+        }
+        unused = [p for p in self.created if p not in used]
+        self.created = ()
+        if unused:
+            delete_files(self.target.log.fs, self.target.log.root, unused)
+
+    def result(self, version: int, attempts: int) -> CommitResult:
+        info = self.info
+        return CommitResult(
+            version,
+            attempts,
+            info.operation,
+            dict(info.operation_metrics),
+            self.txn_id,
+            timings=self.timer.result(),
+        )

@@ -1,0 +1,519 @@
+"""The conflict checker: a pure function of (this transaction, one winning commit).
+
+``check_conflicts(txn, winner)`` runs once per commit that won since ``txn``'s read
+version, in ascending version order, and either returns the transaction *rebased* on the
+winner (adopted protocol and metadata) or raises one of Delta's conflict exceptions. No
+I/O happens here: the caller reads the winning commit and passes its actions in.
+
+The checks run in Delta Spark's order (``ConflictChecker.checkConflicts``). The order
+decides which exception a user sees, so it is part of the contract:
+
+0. RESTORE only   -> ConcurrentWriteException   (any winner at all)
+1. protocol        -> ProtocolChangedException   (two creators of one table land here)
+2. metadata        -> MetadataChangedException   (schema, properties, partitioning)
+3. domain metadata -> ConcurrentTransactionException ("A conflicting metadata domain ...")
+4. app txn ids     -> ConcurrentTransactionException (a txn appId this transaction read)
+5. added files that should have been read  -> ConcurrentAppendException
+6. removed files that this transaction read -> ConcurrentDeleteReadException
+7. removed files this transaction also removes -> ConcurrentDeleteDeleteException
+
+Among the file checks, append beats delete-read, which beats delete-delete: two
+``replaceWhere`` writes on one partition fail the second with ConcurrentAppend.
+
+Tables with deletion vectors enabled and no partition columns use row-level concurrency
+(the Databricks contract) instead of steps 5-7:
+
+5'. resolve changes to different rows of shared files (:mod:`eventlog.txn.rowlevel`): merge
+    the two deletion vectors, or carry deletes across a concurrent compaction;
+6'. new rows the winner wrote that this transaction's predicates may match (file
+    statistics) -> ConcurrentAppendException; DV re-adds and compaction outputs carry no
+    new rows and are skipped;
+7'. files this transaction removes that the winner removed and resolution could not
+    reconcile (the same row changed twice, or a Z-order rewrite) -> ConcurrentDeleteRead
+    (a file it read) or ConcurrentDeleteDelete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import operator
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyroaring import AbstractBitMap64
+
+from eventlog.errors import (
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
+    MetadataChangedException,
+    ProtocolChangedException,
+)
+from eventlog.expr import Expr, Literal, evaluate_mask, may_match
+from eventlog.files.schema import partition_values_table, stats_table
+from eventlog.log.actions import (
+    AddFile,
+    CommitInfo,
+    DomainMetadata,
+    Metadata,
+    Protocol,
+    RemoveFile,
+    SetTransaction,
+)
+from eventlog.log.commit import Commit
+from eventlog.snapshot.isolation import IsolationLevel
+from eventlog.snapshot.protocol import check_supported, removed_features
+from eventlog.txn import rowlevel
+from eventlog.txn.rowlevel import CompactionSource, DvUpdate, RowLevelState
+
+# Configuration changes a concurrent commit may make without failing writers in flight:
+# enabling features whose writers stay compatible (Delta's allow-list, reduced to the
+# features this library implements). Every other property change is a metadata conflict.
+_ALLOWED_CONCURRENT_PROPERTY_CHANGES: Mapping[str, str] = {"delta.enableDeletionVectors": "true"}
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSet:
+    """What a transaction read, recorded as it ran.
+
+    ``partition_predicates`` holds one entry per scan: the partition-only part of its
+    filter, or TRUE when it had none (a data-only filter reads every partition).
+    ``files`` maps each file path the scans returned to its partition values.
+    """
+
+    partition_predicates: tuple[Expr, ...] = ()
+    files: Mapping[str, Mapping[str, str | None]] = field(default_factory=dict)
+    whole_table: bool = False
+    app_ids: frozenset[str] = frozenset()
+    # The full predicate of each scan (TRUE when it had none): row-level concurrency
+    # checks a winner's new files against it with their statistics.
+    predicates: tuple[Expr, ...] = ()
+
+    @property
+    def depends_on_files(self) -> bool:
+        return bool(self.partition_predicates) or bool(self.files) or self.whole_table
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionSummary:
+    """The current transaction as the checker sees it."""
+
+    table: str
+    read_version: int
+    read_protocol: Protocol | None
+    read_metadata: Metadata | None
+    partition_schema: pa.Schema
+    read_set: ReadSet
+    isolation_level: IsolationLevel  # effective level (after the snapshot downgrade)
+    is_blind_append: bool
+    metadata: Metadata | None = None  # metadata this transaction writes, if any
+    protocol: Protocol | None = None
+    removes: tuple[RemoveFile, ...] = ()
+    domains: tuple[DomainMetadata, ...] = ()
+    adds: tuple[AddFile, ...] = ()
+    # Row-level concurrency (DVs enabled, no partition columns): this transaction's
+    # changes to existing files, and the files it compacts (OPTIMIZE without Z-order).
+    row_level: bool = False
+    data_schema: pa.Schema = field(default_factory=lambda: pa.schema([]))
+    dv_updates: Mapping[str, DvUpdate] = field(default_factory=dict)
+    compaction: tuple[CompactionSource, ...] = ()
+    # RESTORE-like commits that rewrite the table from a version ("commitLarge" in
+    # Delta Spark) tolerate no concurrent commit at all.
+    fail_on_any_winner: bool = False
+
+
+@dataclass(frozen=True)
+class WinningCommit:
+    """What the checker needs of a commit that won."""
+
+    version: int
+    commit_info: CommitInfo | None
+    metadata: Metadata | None
+    protocol: Protocol | None
+    adds: tuple[AddFile, ...]
+    removes: tuple[RemoveFile, ...]
+    app_ids: frozenset[str]
+    domains: tuple[DomainMetadata, ...]
+    # DV bitmaps of this commit's adds that row-level resolution needs, loaded by the caller.
+    dv_bitmaps: Mapping[str, AbstractBitMap64] = field(default_factory=dict)
+
+    @staticmethod
+    def of(commit: Commit, dv_bitmaps: Mapping[str, AbstractBitMap64] | None = None) -> WinningCommit:
+        # One pass over the actions: a compaction or rewrite winner carries thousands.
+        info: CommitInfo | None = None
+        metadata: Metadata | None = None
+        protocol: Protocol | None = None
+        adds: list[AddFile] = []
+        removes: list[RemoveFile] = []
+        app_ids: set[str] = set()
+        domains: list[DomainMetadata] = []
+        for action in commit.actions:
+            kind = type(action)  # exact types: actions are final dataclasses
+            if kind is AddFile:
+                adds.append(action)  # type: ignore[arg-type]
+            elif kind is RemoveFile:
+                removes.append(action)  # type: ignore[arg-type]
+            elif isinstance(action, CommitInfo):
+                info = info or action
+            elif isinstance(action, Metadata):
+                metadata = metadata or action
+            elif isinstance(action, Protocol):
+                protocol = protocol or action
+            elif isinstance(action, SetTransaction):
+                app_ids.add(action.app_id)
+            elif isinstance(action, DomainMetadata):
+                domains.append(action)
+        return WinningCommit(
+            version=commit.version,
+            commit_info=info,
+            metadata=metadata,
+            protocol=protocol,
+            adds=tuple(adds),
+            removes=tuple(removes),
+            app_ids=frozenset(app_ids),
+            domains=tuple(domains),
+            dv_bitmaps=dv_bitmaps or {},
+        )
+
+    @functools.cached_property
+    def removed_paths(self) -> frozenset[str]:
+        return frozenset(r.path for r in self.removes)
+
+    @property
+    def is_blind_append(self) -> bool:
+        # Taken from the winner's commitInfo only; missing means false (Delta Spark).
+        return bool(self.commit_info is not None and self.commit_info.is_blind_append)
+
+    @property
+    def operation(self) -> str:
+        return self.commit_info.operation if self.commit_info is not None else "TRANSACTION"
+
+
+def check_conflicts(txn: TransactionSummary, winner: WinningCommit) -> TransactionSummary:
+    """Check ``txn`` against one winning commit; return it rebased, or raise a conflict."""
+    _check_large_commit(txn, winner)
+    txn = _check_protocol(txn, winner)
+    txn = _check_metadata(txn, winner)
+    _check_domain_metadata(txn, winner)
+    _check_app_ids(txn, winner)
+    excluded: frozenset[str] = frozenset()
+    if txn.row_level:
+        txn, excluded = _resolve_row_level(txn, winner)
+        _check_added_rows(txn, winner, excluded)
+        _check_changed_files_row_level(txn, winner, excluded)
+        return txn
+    _check_added_files(txn, winner)
+    _check_deleted_files_read(txn, winner)
+    _check_delete_delete(txn, winner)
+    return txn
+
+
+def check_all(txn: TransactionSummary, winners: Sequence[WinningCommit]) -> TransactionSummary:
+    """Run :func:`check_conflicts` over winners in ascending version order."""
+    for winner in sorted(winners, key=lambda w: w.version):
+        txn = check_conflicts(txn, winner)
+    return txn
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _conflict(
+    cls: type[DeltaConcurrentModificationException],
+    txn: TransactionSummary,
+    winner: WinningCommit,
+    *,
+    partition: str | None = None,
+    detail: str = "",
+) -> DeltaConcurrentModificationException:
+    info: dict[str, Any] = winner.commit_info.to_json() if winner.commit_info is not None else {}
+    return cls(
+        winning_version=winner.version,
+        operation=winner.operation,
+        winning_commit_info=info,
+        partition=partition,
+        isolation_level=txn.isolation_level.value,
+        table=txn.table,
+        detail=detail,
+    )
+
+
+def partition_hint(
+    partition_values: Mapping[str, str | None] | None, partition_schema: pa.Schema
+) -> str | None:
+    """Delta's ``[c1=v1, c2=v2]`` hint (schema order, ``null`` for missing), or None."""
+    if not partition_values or len(partition_schema) == 0:
+        return None
+    parts = []
+    for name in partition_schema.names:
+        value = partition_values.get(name)
+        parts.append(f"{name}={'null' if value is None else value}")
+    return "[" + ", ".join(parts) + "]"
+
+
+# --------------------------------------------------------------------------- the checks
+
+
+def _check_large_commit(txn: TransactionSummary, winner: WinningCommit) -> None:
+    """0. A RESTORE computed its adds and removes from the read version: any winner
+    invalidates them (Delta Spark's ``commitLarge`` raises ConcurrentWriteException)."""
+    if txn.fail_on_any_winner:
+        raise _conflict(ConcurrentWriteException, txn, winner)
+
+
+def _check_protocol(txn: TransactionSummary, winner: WinningCommit) -> TransactionSummary:
+    """1. A winning protocol: the client must support it; two protocol changes conflict.
+
+    Table creation always writes a protocol, so two concurrent creators of one table (or
+    two writers to an empty path) fail here with ProtocolChangedException, whose message
+    carries the empty-directory hint when the winner is version 0.
+    """
+    new = winner.protocol
+    if new is None:
+        return txn
+    check_supported(new)  # raises UnsupportedProtocolError, not a conflict
+    if txn.protocol is not None:
+        raise _conflict(ProtocolChangedException, txn, winner)
+    if txn.read_protocol is not None and removed_features(txn.read_protocol, new):
+        raise _conflict(
+            ProtocolChangedException,
+            txn,
+            winner,
+            detail=f"Features removed: {sorted(removed_features(txn.read_protocol, new))}. ",
+        )
+    return dataclasses.replace(txn, read_protocol=new)
+
+
+def _check_metadata(txn: TransactionSummary, winner: WinningCommit) -> TransactionSummary:
+    """2. A winning metadata change fails every concurrent write.
+
+    The only tolerated difference is enabling an allow-listed feature property (Delta's
+    ``attemptToResolveMetadataConflicts``); the transaction then adopts the new metadata.
+    """
+    new = winner.metadata
+    if new is None:
+        return txn
+    if txn.metadata is not None or txn.read_metadata is None:
+        raise _conflict(MetadataChangedException, txn, winner)
+    old = txn.read_metadata
+    same_identity = (
+        old.id == new.id
+        and old.schema_string == new.schema_string
+        and old.partition_columns == new.partition_columns
+        and old.name == new.name
+        and old.description == new.description
+        and old.format == new.format
+    )
+    if not same_identity:
+        raise _conflict(MetadataChangedException, txn, winner)
+    if any(k not in new.configuration for k in old.configuration):
+        raise _conflict(MetadataChangedException, txn, winner)
+    for key, value in new.configuration.items():
+        if old.configuration.get(key) == value:
+            continue
+        if _ALLOWED_CONCURRENT_PROPERTY_CHANGES.get(key) != value:
+            raise _conflict(MetadataChangedException, txn, winner)
+    return dataclasses.replace(txn, read_metadata=new)
+
+
+def _check_domain_metadata(txn: TransactionSummary, winner: WinningCommit) -> None:
+    """3. Both commits write the same metadata domain."""
+    mine = {d.domain for d in txn.domains}
+    for d in winner.domains:
+        if d.domain in mine:
+            raise _conflict(
+                ConcurrentTransactionException,
+                txn,
+                winner,
+                detail=f"A conflicting metadata domain {d.domain} is added.",
+            )
+
+
+def _check_app_ids(txn: TransactionSummary, winner: WinningCommit) -> None:
+    """4. The winner wrote a txn action for an app id this transaction read.
+
+    Versions are not compared (Delta Spark): two instances of one streaming query (same
+    checkpoint, same app id) always fail the loser, even when they wrote the same batch.
+    """
+    if txn.read_set.app_ids & winner.app_ids:
+        raise _conflict(ConcurrentTransactionException, txn, winner)
+
+
+def _check_added_files(txn: TransactionSummary, winner: WinningCommit) -> None:
+    """5. Files the winner added that this transaction's reads would have returned.
+
+    Candidates depend on the isolation level: Serializable counts every add;
+    WriteSerializable ignores a blind-append winner's adds unless this transaction
+    changes metadata; snapshot isolation (no data change) counts none. A blind append
+    never conflicts here. On an unpartitioned table, or after ``read_whole_table``, any
+    candidate conflicts; otherwise a candidate conflicts when its partition values satisfy
+    one of the recorded partition predicates.
+    """
+    level = txn.isolation_level
+    if level is IsolationLevel.SNAPSHOT_ISOLATION or txn.is_blind_append:
+        return
+    if level is IsolationLevel.SERIALIZABLE or txn.metadata is not None:
+        candidates = winner.adds
+    else:
+        candidates = () if winner.is_blind_append else winner.adds
+    if not candidates:
+        return
+    unpartitioned = txn.read_metadata is None or not txn.read_metadata.partition_columns
+    if txn.read_set.whole_table or unpartitioned:
+        match: AddFile | None = candidates[0]
+    else:
+        match = _first_matching(txn.read_set.partition_predicates, candidates, txn.partition_schema)
+    if match is not None:
+        raise _conflict(
+            ConcurrentAppendException,
+            txn,
+            winner,
+            partition=partition_hint(match.partition_values, txn.partition_schema),
+        )
+
+
+def _first_matching(
+    predicates: Sequence[Expr], candidates: Sequence[AddFile], partition_schema: pa.Schema
+) -> AddFile | None:
+    if not predicates:
+        return None
+    if any(isinstance(p, Literal) and p.value is True for p in predicates):
+        return candidates[0]
+    # Evaluate each distinct partition once: a 1,000-file winner usually spans few.
+    names = partition_schema.names
+    key_of = operator.itemgetter(*names)  # C-speed; Delta requires every partition key
+    distinct: dict[Any, AddFile] = {}
+    try:
+        for add in candidates:
+            distinct.setdefault(key_of(add.partition_values), add)
+    except KeyError:  # a writer that omitted a key: fall back to get (missing = null)
+        distinct = {}
+        for add in candidates:
+            distinct.setdefault(tuple(add.partition_values.get(n) for n in names), add)
+    keys = list(distinct)
+    rows = [dict(zip(names, k if len(names) > 1 else (k,), strict=True)) for k in keys]
+    table = partition_values_table(rows, partition_schema)
+    for pred in dict.fromkeys(predicates):  # de-duplicated, order kept
+        mask = evaluate_mask(pred, table).to_pylist()
+        for key, hit in zip(keys, mask, strict=True):
+            if hit:
+                return distinct[key]
+    return None
+
+
+def _check_deleted_files_read(txn: TransactionSummary, winner: WinningCommit) -> None:
+    """6. The winner removed a file this transaction read (its remove dataChange is ignored,
+    so a compaction's removes conflict too)."""
+    if not winner.removes:
+        return
+    read = txn.read_set.files
+    hit = winner.removed_paths.intersection(read)
+    if hit:
+        # The first such remove in commit order, for a stable partition hint.
+        path = next(r.path for r in winner.removes if r.path in hit)
+        raise _conflict(
+            ConcurrentDeleteReadException,
+            txn,
+            winner,
+            partition=partition_hint(read[path], txn.partition_schema),
+        )
+    if txn.read_set.whole_table:
+        raise _conflict(ConcurrentDeleteReadException, txn, winner)
+
+
+def _resolve_row_level(
+    txn: TransactionSummary, winner: WinningCommit
+) -> tuple[TransactionSummary, frozenset[str]]:
+    """5'. (row-level concurrency) Reconcile changes to different rows of shared files."""
+    state = RowLevelState(txn.adds, txn.removes, txn.dv_updates, txn.compaction)
+    now = winner.commit_info.timestamp if winner.commit_info is not None else 0
+    new, excluded = rowlevel.resolve(state, winner.adds, winner.removes, winner.dv_bitmaps, now)
+    if new == state:
+        return txn, excluded
+    rebased = dataclasses.replace(
+        txn, adds=new.adds, removes=new.removes, dv_updates=new.dv_updates, compaction=new.compaction
+    )
+    return rebased, excluded
+
+
+def _check_added_rows(txn: TransactionSummary, winner: WinningCommit, excluded: frozenset[str]) -> None:
+    """6'. (row-level) New rows the winner wrote that this transaction's reads could match.
+
+    A DV re-add of an existing path and a compaction output (``dataChange = false``)
+    carry no new rows and are skipped; other candidates conflict when their statistics
+    say they may hold a row satisfying one of this transaction's predicates.
+    """
+    level = txn.isolation_level
+    if level is IsolationLevel.SNAPSHOT_ISOLATION or txn.is_blind_append:
+        return
+    if level is not IsolationLevel.SERIALIZABLE and txn.metadata is None and winner.is_blind_append:
+        return
+    removed = {r.path for r in winner.removes}
+    candidates = [
+        a
+        for a in winner.adds
+        if a.path not in excluded
+        and a.data_change
+        and not (a.path in removed and a.deletion_vector is not None)
+    ]
+    if not candidates:
+        return
+    preds = txn.read_set.predicates or txn.read_set.partition_predicates
+    if txn.read_set.whole_table or any(isinstance(p, Literal) and p.value is True for p in preds):
+        match: AddFile | None = candidates[0]
+    else:
+        match = None
+        stats = stats_table([a.stats for a in candidates], txn.data_schema, len(candidates))
+        for pred in dict.fromkeys(preds):
+            hits = may_match(pred, stats)
+            match = next((a for a, hit in zip(candidates, hits, strict=True) if hit), None)
+            if match is not None:
+                break
+    if match is not None:
+        raise _conflict(ConcurrentAppendException, txn, winner)
+
+
+def _check_changed_files_row_level(
+    txn: TransactionSummary, winner: WinningCommit, excluded: frozenset[str]
+) -> None:
+    """7'. (row-level) The winner removed, in a way resolution could not reconcile, a file
+    this transaction removes (rewrites, DV-updates or compacts). Files it only read may
+    change underneath it: the rows its predicates matched there were not touched.
+    Delta's order holds: a file this transaction read gives DeleteRead, else DeleteDelete."""
+    mine = {r.path for r in txn.removes} | {c.path for c in txn.compaction}
+    for remove in winner.removes:
+        if remove.path in excluded or remove.path not in mine:
+            continue
+        if remove.path in txn.read_set.files:
+            values = txn.read_set.files[remove.path]
+            raise _conflict(
+                ConcurrentDeleteReadException,
+                txn,
+                winner,
+                partition=partition_hint(values, txn.partition_schema),
+            )
+        raise _conflict(ConcurrentDeleteDeleteException, txn, winner)
+
+
+def _check_delete_delete(txn: TransactionSummary, winner: WinningCommit) -> None:
+    """7. Both commits remove the same file path (DV ids and dataChange are not compared)."""
+    if not winner.removes or not txn.removes:
+        return
+    mine = {r.path: r for r in txn.removes}
+    if winner.removed_paths.isdisjoint(mine):
+        return
+    for remove in winner.removes:
+        own = mine.get(remove.path)
+        if own is not None:
+            raise _conflict(
+                ConcurrentDeleteDeleteException,
+                txn,
+                winner,
+                partition=partition_hint(own.partition_values, txn.partition_schema),
+            )

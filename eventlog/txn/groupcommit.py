@@ -1,0 +1,467 @@
+"""Group commit: concurrent blind appends share one version.
+
+Under contention every writer of a small append races for the next version slot and all
+but one lose: each lost claim is a slot-store write (a quorum write in ZooKeeper), a
+re-read of the winner and another attempt. With group commit
+(``Table.open(..., group_commit=True)``) a *pure blind append* is queued in storage and
+one writer claims the next version for every queued append::
+
+    stage own commit atomically as  _staged_commits/q-<enqueued ns>-<checked>-<txn>.json
+    loop: latest = latest_version();  read winners since ``checked``:
+              a winner lists our txn     -> committed there, done (no slot-store write)
+              else conflict-check them   -> raise on a conflict (see below)
+          our turn? (oldest fresh queued file, or waited LEAD_AFTER without progress)
+              no  -> wait for the latest version to move (a ZooKeeper watch), loop
+              yes -> lead: gather queued appends that may join; stage the combined
+                     commit; claim latest+1 (members listed in the claim)
+                       granted -> publish, delete the members' queued files, done
+                       taken   -> loop (the winner may have carried us)
+
+Exactly once without any per-member slot-store write: claims are serialised by the
+store (compare-and-set on the latest version), and a leader claiming version V has read
+every commit below V, so it leaves out every queued append that a commit since the
+append's ``checked`` version already carries. A member learns its fate the same way: it
+reads the winners since its ``checked`` version in order and finds itself, or a conflict.
+
+Only pure blind appends join: the commit adds files (``dataChange``, no deletion vector,
+no row ids) and may write ``txn`` actions for the app ids it read. They read nothing, so
+among the checker's rules only protocol, metadata and application-id changes can fail
+them (:mod:`eventlog.txn.conflicts`, steps 1, 2 and 4); committing several in one version is
+equivalent to committing them one after another. A leader leaves a member out when a
+winner since the member's ``checked`` version changed the protocol or metadata or wrote
+one of its app ids, or when its app ids overlap another member's. Such a member then
+finds the conflict itself, with the full checker, and raises it. Raising is safe while
+its file is still queued: a leader could only carry it at a version at or below the
+conflicting winner, and every such version is already taken. Any other way out (retry
+budget spent, an unexpected error) raises ``CommitStateUnknownError`` after withdrawing
+the queued file, unless a claim of the writer's own is in doubt (then the file is the
+staged commit recovery needs): afterwards only a leader claiming at that very moment can
+still carry the append.
+
+The combined commit has one ``commitInfo`` whose ``eventlog.groupCommit`` field lists every
+member's own commit info (transaction id, operation, metrics, user metadata), so
+auditors see each acknowledged append; Delta readers ignore the field.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from eventlog.errors import (
+    CommitStateUnknownError,
+    DeltaConcurrentModificationException,
+    SlotStoreError,
+)
+from eventlog.log.actions import (
+    ENGINE_INFO,
+    Action,
+    ActionDecodeError,
+    AddFile,
+    CommitInfo,
+    SetTransaction,
+    decode_commit,
+    encode_commit,
+)
+from eventlog.log.commit import Commit
+from eventlog.txn.attempt import CommitAttempt, CommitResult
+from eventlog.txn.conflicts import TransactionSummary, WinningCommit
+from lockstore import SlotClaim, SlotStoreUnavailableError, default_owner
+
+log = logging.getLogger("eventlog.commit")
+
+GROUP_FIELD = "eventlog.groupCommit"  # commitInfo field: the members' own commit infos
+QUEUE_PREFIX = "q-"  # staged-file names of queued appends
+MAX_MEMBERS = 64
+MAX_LAG = 100  # versions a member may be behind the group's version and still join
+# How long a queued writer waits without progress (no new version) before leading itself.
+LEAD_AFTER_SECONDS = 0.05
+# Queued files older than this are ignored: their writer died or leads on its own.
+STALE_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class QueuedName:
+    """The parts of a queued append's staged-file name."""
+
+    enqueued_ns: int
+    checked: int
+    txn_id: str
+
+    @property
+    def name(self) -> str:
+        # checked + 1 keeps the field non-negative (a read version may be -1).
+        return f"{QUEUE_PREFIX}{self.enqueued_ns:020d}-{self.checked + 1:020d}-{self.txn_id}.json"
+
+    @staticmethod
+    def parse(name: str) -> QueuedName | None:
+        if not name.startswith(QUEUE_PREFIX) or not name.endswith(".json"):
+            return None
+        parts = name[len(QUEUE_PREFIX) : -len(".json")].split("-", 2)
+        if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit() or not parts[2]:
+            return None
+        return QueuedName(int(parts[0]), int(parts[1]) - 1, parts[2])
+
+
+@dataclass(frozen=True)
+class Member:
+    """One queued blind append, as the leader read it from its staged commit."""
+
+    queued: QueuedName
+    info: CommitInfo
+    actions: tuple[Action, ...]  # its adds and txn actions
+    app_ids: frozenset[str]  # the app ids it writes (and read)
+
+    @property
+    def txn_id(self) -> str:
+        return self.queued.txn_id
+
+
+def groupable(summary: TransactionSummary, body: Sequence[Action]) -> bool:
+    """Whether a commit may join a group: a pure blind append (see the module docstring)."""
+    if not summary.is_blind_append or summary.metadata is not None or summary.protocol is not None:
+        return False
+    if summary.removes or summary.domains or summary.dv_updates or summary.compaction:
+        return False
+    if summary.fail_on_any_winner or not all(_joinable(a) for a in body):
+        return False
+    written = {a.app_id for a in body if isinstance(a, SetTransaction)}
+    return summary.read_set.app_ids <= written  # the queued file must show what it read
+
+
+def _joinable(action: Action) -> bool:
+    if isinstance(action, SetTransaction):
+        return True
+    return (
+        isinstance(action, AddFile)
+        and action.data_change
+        and action.deletion_vector is None
+        and action.base_row_id is None
+    )
+
+
+def parse_member(queued: QueuedName, data: bytes) -> Member | None:
+    """A member from its queued file, or None if it cannot join."""
+    try:
+        actions = decode_commit(data)
+    except ActionDecodeError:
+        return None  # a foreign file: its writer commits on its own
+    if not actions or not isinstance(actions[0], CommitInfo) or not actions[0].is_blind_append:
+        return None
+    if actions[0].txn_id != queued.txn_id:
+        return None
+    body = tuple(actions[1:])
+    if not all(_joinable(a) for a in body):
+        return None
+    app_ids = frozenset(a.app_id for a in body if isinstance(a, SetTransaction))
+    return Member(queued, actions[0], body, app_ids)
+
+
+def member_blocked(member: Member, winners: Sequence[WinningCommit]) -> bool:
+    """Whether a winner since the member's checked version keeps it out of the group."""
+    return any(
+        w.version > member.queued.checked
+        and (w.metadata is not None or w.protocol is not None or bool(member.app_ids & w.app_ids))
+        for w in winners
+    )
+
+
+def combine(members: Sequence[Member], *, txn_id: str, timestamp: int, read_version: int) -> list[Action]:
+    """One commit carrying every member's actions, with a commitInfo that lists them."""
+    infos = [m.info for m in members]
+    operations = {i.operation for i in infos}
+    params = [dict(i.operation_parameters) for i in infos]
+    user_metadata = {i.user_metadata for i in infos}
+    info = CommitInfo(
+        timestamp=timestamp,
+        operation=operations.pop() if len(operations) == 1 else "WRITE",
+        operation_parameters=params[0] if all(p == params[0] for p in params) else {"mode": "Append"},
+        read_version=read_version,
+        isolation_level=infos[0].isolation_level,
+        is_blind_append=True,
+        txn_id=txn_id,
+        engine_info=ENGINE_INFO,
+        user_metadata=user_metadata.pop() if len(user_metadata) == 1 else None,
+        operation_metrics=_sum_metrics(i.operation_metrics for i in infos),
+        extra={GROUP_FIELD: [_member_entry(i) for i in infos]},
+    )
+    return [info, *(a for m in members for a in m.actions)]
+
+
+def member_txn_ids(info: CommitInfo | Mapping[str, Any] | None) -> list[str]:
+    """The transactions a commit carries: its group's members, or its own id."""
+    if info is None:
+        return []
+    if isinstance(info, CommitInfo):
+        group, own = info.extra.get(GROUP_FIELD), info.txn_id
+    else:
+        group, own = info.get(GROUP_FIELD), info.get("txnId")
+    if group:
+        return [str(entry["txnId"]) for entry in group]
+    return [own] if own else []
+
+
+def _member_entry(info: CommitInfo) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "txnId": info.txn_id,
+        "timestamp": info.timestamp,
+        "operation": info.operation,
+        "operationParameters": dict(info.operation_parameters),
+        "readVersion": info.read_version,
+        "operationMetrics": dict(info.operation_metrics),
+    }
+    if info.user_metadata is not None:
+        entry["userMetadata"] = info.user_metadata
+    return entry
+
+
+def _sum_metrics(all_metrics: Iterable[Mapping[str, str]]) -> dict[str, str]:
+    totals: dict[str, int] = {}
+    for metrics in all_metrics:
+        for key, value in metrics.items():
+            if value.lstrip("-").isdigit():
+                totals[key] = totals.get(key, 0) + int(value)
+    return {k: str(v) for k, v in totals.items()}
+
+
+class GroupCommitLoop:
+    """The commit loop of a groupable commit (see the module docstring)."""
+
+    def __init__(self, attempt: CommitAttempt) -> None:
+        self.attempt = attempt
+        self.policy = attempt.target.retry_policy
+        self.table = attempt.target
+        self.slots = attempt.target.slots
+        self.key = attempt.target.key
+        self.txn_id = attempt.txn_id
+        self.checked = attempt.read_version
+        self.queued = QueuedName(time.time_ns(), self.checked, self.txn_id)
+        self.attempts = 0
+        self.doubt_version: int | None = None  # a claim of ours whose outcome is not known yet
+
+    def run(self) -> CommitResult:
+        attempt, policy, table = self.attempt, self.policy, self.table
+        # The queued file is also this writer's staged commit (what its own claims name).
+        attempt.staged_name = self.queued.name
+        timer = attempt.timer
+        with timer.phase("stage"):
+            table.log.stage(attempt.staged_name, attempt.bytes(), atomic=True)
+        started = policy.clock()
+        last_error: BaseException | None = None
+        progress = policy.clock()  # when the latest version last moved (or we arrived)
+        seen = self.checked
+        # The slot store's latest version when known without a round trip: a wait just
+        # returned it, or (first turn) the snapshot was just refreshed: guess nothing won.
+        claimed: int | None = self.checked
+        try:
+            while True:
+                try:
+                    latest, claimed = table.latest_version(claimed), None
+                    if latest > seen:
+                        seen, progress = latest, policy.clock()
+                    with timer.phase("check"):
+                        found = self._catch_up(latest)
+                    if found is not None:
+                        return self._done(found)
+                    if self.doubt_version is not None and latest >= self.doubt_version:
+                        self.doubt_version = None  # read past it without finding us: it did not land
+                    if self._my_turn(latest) or policy.clock() - progress >= LEAD_AFTER_SECONDS:
+                        result = self._lead(latest)
+                        if result is not None:
+                            return result
+                        progress = policy.clock()
+                    else:
+                        with timer.phase("wait"):
+                            claimed = self.slots.await_latest(self.key, latest, LEAD_AFTER_SECONDS)
+                        continue
+                except (SlotStoreError, SlotStoreUnavailableError) as exc:
+                    last_error = exc
+                    log.warning("slot store unavailable during group commit of %s: %s", self.txn_id, exc)
+                if policy.exhausted(max(self.attempts, 1), started):
+                    elapsed = (policy.clock() - started) * 1000
+                    reason = f"gave up after {elapsed:.0f} ms ({last_error or 'no version granted'})"
+                    raise self._unknown(reason) from last_error
+                if last_error is not None:
+                    with timer.phase("backoff"):
+                        policy.sleep(policy.delay(max(self.attempts, 1)))
+                    last_error = None
+        except DeltaConcurrentModificationException:
+            table.log.delete_staged(attempt.staged_name)  # safe: see the module docstring
+            raise
+        except CommitStateUnknownError:
+            raise
+        except Exception as exc:
+            # A leader may have carried this commit already: the outcome is unknown.
+            raise self._unknown(f"failed while queued ({exc!r})") from exc
+        except BaseException:
+            attempt.may_still_land = True  # interrupted while queued: keep the files it wrote
+            raise
+
+    def _catch_up(self, latest: int) -> int | None:
+        """Read the winners since ``checked``: the version carrying us, or None (checked)."""
+        if latest <= self.checked:
+            return None
+        winners = self.table.commits_between(self.checked + 1, latest)
+        for commit in winners:
+            if self.txn_id in member_txn_ids(commit.commit_info):
+                return commit.version
+        self.attempt.check_winners(winners)  # raises the conflict; rebases in memory
+        self.checked = latest
+        return None
+
+    def _my_turn(self, latest: int) -> bool:
+        """Whether this writer's file is the oldest pending one in the queue.
+
+        Older files that a commit up to ``latest`` already carries do not count: a leader
+        that died after its claim leaves its own file behind.
+        """
+        older = [q for q in self._fresh_queued(latest) if q.enqueued_ns < self.queued.enqueued_ns]
+        if not older:
+            return True
+        carried = self._carried(min(q.checked for q in older) + 1, latest)
+        return all(q.txn_id in carried for q in older)
+
+    def _fresh_queued(self, latest: int) -> list[QueuedName]:
+        """Queued files of other writers that may still join a version after ``latest``."""
+        horizon = time.time_ns() - int(STALE_SECONDS * 1e9)
+        return [
+            q
+            for q in (QueuedName.parse(n) for n in self.table.log.list_staged())
+            if q is not None
+            and q.txn_id != self.txn_id
+            and q.enqueued_ns >= horizon
+            and q.checked >= latest - MAX_LAG
+        ]
+
+    def _carried(self, first: int, last: int) -> set[str]:
+        """The transactions that the commits ``first..last`` carry."""
+        return {txn for c in self.table.commits_between(first, last) for txn in member_txn_ids(c.commit_info)}
+
+    def _lead(self, latest: int) -> CommitResult | None:
+        attempt, table = self.attempt, self.table
+        version = latest + 1
+        attempt.last_version = version
+        with attempt.timer.phase("gather"):
+            members = self._gather(version)
+        self.attempts += 1
+        if len(members) == 1:
+            actions: list[Action] = [attempt.info, *attempt.body]
+            claim = SlotClaim(self.txn_id, attempt.staged_name, default_owner(table.app_id))
+            data = encode_commit(actions)
+            if data != table.log.read_staged(attempt.staged_name):
+                # Rebased since it was queued: the queued file is never rewritten (a leader
+                # may be reading it), so the rebased commit is staged under a new name.
+                claim = dataclasses.replace(claim, staged=f"{self.txn_id}-{uuid.uuid4().hex[:8]}.json")
+                table.log.stage(claim.staged, data)
+        else:
+            group_id = str(uuid.uuid4())
+            previous = table.commits_between(latest, latest)[0].timestamp if latest >= 0 else 0
+            actions = combine(
+                members,
+                txn_id=group_id,
+                timestamp=max(int(time.time() * 1000), (previous or 0) + 1),
+                read_version=latest,
+            )
+            data = encode_commit(actions)
+            ids = tuple(m.txn_id for m in members)
+            claim = SlotClaim(group_id, f"group-{group_id}.json", default_owner(table.app_id), ids)
+            table.log.stage(claim.staged, data)
+        try:
+            with attempt.timer.phase("claim"):
+                granted = self.slots.claim(self.key, version, claim)
+        except SlotStoreUnavailableError:
+            return self._after_unknown_claim(version, claim)
+        if not granted:
+            if claim.staged != attempt.staged_name:
+                table.log.delete_staged(claim.staged)
+            return None
+        return self._publish(version, claim, data, actions, members)
+
+    def _publish(
+        self, version: int, claim: SlotClaim, data: bytes, actions: list[Action], members: Sequence[Member]
+    ) -> CommitResult | None:
+        table = self.table
+        with self.attempt.timer.phase("publish"):
+            published = table.publish_claimed(version, claim.staged, data, claim.txn_id)
+        if not published:
+            return None  # a writer outside the slot store took the version: go again
+        for member in members[1:]:
+            table.log.delete_staged(member.queued.name)
+        if claim.staged != self.attempt.staged_name:
+            table.log.delete_staged(claim.staged)
+        table.note_committed(Commit(version, tuple(actions)))
+        return self._done(version)
+
+    def _after_unknown_claim(self, version: int, claim: SlotClaim) -> CommitResult | None:
+        """The claim's outcome is unknown: look it up before anything else happens."""
+        self.doubt_version = version  # until the lookup, or a later catch-up, answers
+        found = self.slots.find_txn(self.key, claim.txn_id, version)
+        self.doubt_version = None
+        if found is None:
+            raise SlotStoreUnavailableError(f"claim of version {version} failed; nothing was claimed")
+        return self._done(found) if self.table.latest_version() >= found else None
+
+    def _gather(self, version: int) -> list[Member]:
+        """This writer first, then the queued appends that may join at ``version``."""
+        attempt, table = self.attempt, self.table
+        own_ids = frozenset(a.app_id for a in attempt.body if isinstance(a, SetTransaction))
+        members = [Member(self.queued, attempt.info, tuple(attempt.body), own_ids)]
+        queued = sorted(self._fresh_queued(version - 1), key=lambda q: q.enqueued_ns)
+        queued = queued[: MAX_MEMBERS - 1]
+        if not queued:
+            return members
+        # Commits since the oldest candidate's checked version: what may already carry a
+        # candidate, or block it.
+        commits = table.commits_between(min(q.checked for q in queued) + 1, version - 1)
+        carried = {txn: c.version for c in commits for txn in member_txn_ids(c.commit_info)}
+        winners = [WinningCommit.of(c) for c in commits]
+        used = set(own_ids)
+        for q in queued:
+            if q.txn_id in carried:
+                # Left behind by a leader that died after its claim; published, so unneeded.
+                table.log.delete_staged(q.name)
+                continue
+            data = table.log.read_staged(q.name)
+            member = parse_member(q, data) if data is not None else None
+            if member is None or member.app_ids & used or member_blocked(member, winners):
+                continue
+            used |= member.app_ids
+            members.append(member)
+        return members
+
+    def _done(self, version: int) -> CommitResult:
+        attempt = self.attempt
+        self.table.log.delete_staged(attempt.staged_name)
+        attempt.drop_unreferenced()
+        return attempt.result(version, max(self.attempts, 1))
+
+    def _unknown(self, reason: str) -> CommitStateUnknownError:
+        """Leaving without knowing the outcome: withdraw from the queue if that is safe.
+
+        A leader may already have carried this commit, so the outcome stays unknown. But
+        unless a claim of this writer's own is in doubt (its staged file is the queued file,
+        which recovery would need), the queued file is deleted: no later leader can carry
+        the commit, only one that read the file already and is claiming right now.
+        """
+        withdrawn = False
+        if self.doubt_version is None:
+            with contextlib.suppress(OSError):  # best effort: the error raised says what is known
+                self.table.log.delete_staged(self.attempt.staged_name)
+                withdrawn = True
+        after = (
+            "it was withdrawn from the queue, so only a leader claiming at this moment can still carry it"
+            if withdrawn
+            else "its own claim may have landed"
+        )
+        return CommitStateUnknownError(
+            f"group commit of txn {self.txn_id} to {self.table.uri} {reason}; {after}: look its txn id "
+            "up in the history before retrying",
+            txn_id=self.txn_id,
+            version=self.attempt.last_version,
+        )
