@@ -25,8 +25,8 @@ from pyroaring import FrozenBitMap64
 
 from eventlog import expr as ex
 from eventlog.errors import CorruptLogError, PredicateError
-from eventlog.files.datafiles import DataFileReader, read_data_files
 from eventlog.files.deletion_vectors import deleted_mask, read_deletion_vector
+from eventlog.files.reader import DataFileReader, read_data_files
 from eventlog.log.actions import AddFile
 
 MAX_ARROW_FILTER_NODES = 4096

@@ -20,13 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from eventlog.errors import InvalidInputError, UnknownColumnError
-from eventlog.files.datafiles import (
-    delete_files,
-    dictionary_columns,
-    file_stats,
-    read_data_files,
-    write_data_files,
-)
+from eventlog.files.datafiles import delete_files, dictionary_columns, write_data_files
+from eventlog.files.reader import read_data_files
 from eventlog.files.schema import (
     canonical_schema,
     conform,
@@ -34,6 +29,7 @@ from eventlog.files.schema import (
     stats_table,
     to_spark_schema_json,
 )
+from eventlog.files.write_stats import file_stats
 from eventlog.log.actions import AddFile, CommitInfo, Metadata, Protocol, encode_commit
 
 UTC = dt.UTC

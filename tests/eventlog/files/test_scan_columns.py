@@ -28,8 +28,8 @@ import pytest
 from eventlog import Table
 from eventlog import expr as ex
 from eventlog.files import datafiles
-from eventlog.files.datafiles import DataFileReader
 from eventlog.files.deletion_vectors import read_deletion_vector
+from eventlog.files.reader import DataFileReader
 from eventlog.log.actions import AddFile
 from tests.conftest import SCHEMA, rows, sorted_ids
 
