@@ -640,7 +640,7 @@ def _instrumented(phases: _Phases) -> Iterator[Counter[str]]:
     from kazoo.client import KazooClient
 
     from eventlog.log.storage import LogStore
-    from eventlog.ops import operations
+    from eventlog.ops import common, dml, merge, optimize, rows, write
     from eventlog.table import Table
     from lockstore.zookeeper import ZooKeeperSlotStore
 
@@ -658,7 +658,9 @@ def _instrumented(phases: _Phases) -> Iterator[Counter[str]]:
         "list_log",
     ):
         patches.append((LogStore, name, phases.wrap(LOG_IO, getattr(LogStore, name))))
-    patches.append((operations, "write_rows", phases.wrap(DATA_FILES, operations.write_rows)))
+    timed_write_rows = phases.wrap(DATA_FILES, common.write_rows)
+    for module in (common, dml, merge, optimize, rows, write):  # each holds the name it imported
+        patches.append((module, "write_rows", timed_write_rows))
     patches.append((Table, "checkpoint", phases.wrap(CHECKPOINT, Table.checkpoint)))
     originals = [(owner, name, owner.__dict__[name]) for owner, name, _ in patches]
     original_call = KazooClient.__dict__["_call"]

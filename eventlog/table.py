@@ -38,14 +38,13 @@ from eventlog.log.commit import Commit
 from eventlog.log.commitlog import CommitLog, SlotsSpec, acquire_slots
 from eventlog.log.storage import LogStore
 from eventlog.ops.merge import TableMergeBuilder
-from eventlog.ops.operations import (
+from eventlog.ops.alter import (
     DEFAULT_DELETED_FILE_RETENTION,
     DELETED_FILE_RETENTION_KEY,
     parse_interval_ms,
-    to_arrow_table,
     validate_properties,
-    write_rows,
 )
+from eventlog.ops.common import to_arrow_table, write_rows
 from eventlog.ops.transaction import Transaction
 from eventlog.ops.vacuum import vacuum as vacuum_table
 from eventlog.snapshot import Snapshot

@@ -1,7 +1,7 @@
 """Spark jobs behind :class:`spark_adapter.table.EventlogTable`: shared machinery, DELETE,
 UPDATE and OPTIMIZE.
 
-The driver plans like the plain-Python operations (:mod:`eventlog.ops.operations`): one
+The driver plans like the plain-Python operations (:mod:`eventlog.ops`): one
 eventlog transaction, ``txn.scan(predicate)`` for the read set, then the same actions.
 The data work runs in Spark tasks: :func:`read_files` turns the scanned files into a
 DataFrame of live rows tagged with their file id and *physical* row position (deletion
@@ -43,15 +43,10 @@ from eventlog.files.scan import file_deletes, read_file_positions, read_live_row
 from eventlog.files.schema import conform, from_spark_schema_json
 from eventlog.log.actions import AddFile
 from eventlog.log.storage import normalize_uri
-from eventlog.ops.operations import (
-    TARGET_FILE_SIZE_KEY,
-    begin_optimize,
-    check_append_only,
-    plan_bins,
-    remove_whole_files,
-    removes_whole_files,
-    zorder_permutation,
-)
+from eventlog.ops.alter import TARGET_FILE_SIZE_KEY
+from eventlog.ops.common import check_append_only
+from eventlog.ops.optimize import begin_optimize, plan_bins, zorder_permutation
+from eventlog.ops.rows import remove_whole_files, removes_whole_files
 from eventlog.ops.transaction import Transaction
 from eventlog.txn.rowlevel import CompactionSource, compaction_tag
 from eventlog.txn.transaction import CommitResult
@@ -409,7 +404,7 @@ def stage_adds(txn: Transaction, staged: StagedFiles, adds: Sequence[AddFile]) -
 
 
 def plan_delete(spark: SparkSession, txn: Transaction, condition: str | Column | None) -> PendingCommit:
-    """DELETE, planned as eventlog.ops.operations.delete (same read predicate and actions)."""
+    """DELETE, planned as eventlog.ops.dml.delete (same read predicate and actions)."""
     sql = condition_sql(spark, StructType.fromJson(orjson.loads(txn.metadata.schema_string)), condition)
     txn.set_operation("DELETE", {"predicate": [sql] if sql else []})
     check_append_only(txn, "DELETE")
@@ -434,7 +429,7 @@ def plan_update(
     condition: str | Column | None,
     assignments: Mapping[str, str | Column],
 ) -> PendingCommit:
-    """UPDATE, planned as eventlog.ops.operations.update; SET values are evaluated by Spark."""
+    """UPDATE, planned as eventlog.ops.dml.update; SET values are evaluated by Spark."""
     schema = StructType.fromJson(orjson.loads(txn.metadata.schema_string))
     sql = condition_sql(spark, schema, condition)
     txn.set_operation("UPDATE", {"predicate": [sql] if sql else []})
@@ -499,7 +494,7 @@ def _rewrite(
     per_file = sorted((r for r in results if r.kind == "file"), key=lambda r: r.fid)
     touched = [by_id[r.fid] for r in per_file]
     if use_dv:
-        # Old images become DV-deleted rows (eventlog.ops.operations does the same).
+        # Old images become DV-deleted rows (eventlog.ops.dml does the same).
         stage_dv_deletes(txn, by_id, {r.fid: list(r.positions) for r in per_file})
     else:
         txn.remove_files(touched)
@@ -558,7 +553,7 @@ def _rewrite_task(
 def plan_optimize(
     spark: SparkSession, txn: Transaction, partition_filter: str | None, zorder_by: Sequence[str]
 ) -> PendingCommit:
-    """Bin-packing compaction (optionally Z-ordered), planned as eventlog.ops.operations.optimize."""
+    """Bin-packing compaction (optionally Z-ordered), planned as eventlog.ops.optimize.optimize."""
     zorder, pred = begin_optimize(txn, zorder_by, partition_filter)
     parts = txn.metadata.partition_columns
 

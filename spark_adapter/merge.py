@@ -25,8 +25,8 @@ from eventlog import Table
 from eventlog import expr as ex
 from eventlog.errors import InvalidInputError, MergeCardinalityError, PredicateError, UnknownColumnError
 from eventlog.log.actions import AddFile
+from eventlog.ops.common import check_append_only
 from eventlog.ops.merge import MergeBuilder
-from eventlog.ops.operations import check_append_only
 from eventlog.ops.transaction import Transaction
 from eventlog.txn.transaction import CommitResult
 from spark_adapter.dml import (

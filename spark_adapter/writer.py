@@ -34,7 +34,7 @@ from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE, delete_files, wri
 from eventlog.files.schema import conform, from_spark_schema_json, merge_schema, to_spark_schema_json
 from eventlog.log.actions import AddFile, Metadata
 from eventlog.log.storage import LogStore
-from eventlog.ops.operations import APPEND_ONLY_KEY, TARGET_FILE_SIZE_KEY
+from eventlog.ops.alter import APPEND_ONLY_KEY, TARGET_FILE_SIZE_KEY
 from eventlog.ops.transaction import Transaction
 from eventlog.snapshot.protocol import protocol_for
 from eventlog.table import Table

@@ -36,7 +36,9 @@ from eventlog.errors import InvalidInputError, MergeCardinalityError, PredicateE
 from eventlog.files.scan import FileScan, top_level_columns
 from eventlog.files.schema import conform
 from eventlog.log.actions import AddFile
-from eventlog.ops.operations import apply_assignments, check_append_only, to_arrow_table, write_rows
+from eventlog.ops.common import check_append_only, to_arrow_table, write_rows
+from eventlog.ops.dml import apply_assignments
+from eventlog.txn.plan import Plan, PlanBuilder
 from eventlog.txn.transaction import CommitResult
 from eventlog.txn.transaction import CoreTransaction as Transaction
 
@@ -80,6 +82,7 @@ class _MergeClauses:
         self.qualifiers = {target_alias: self.target_schema, source_alias: self.source.schema}
         self.on = ex.parse_predicate(on, self.target_schema, qualifiers=self.qualifiers, context="merge ON")
         self.matched: list[_Clause] = []
+        self._out: PlanBuilder = txn  # the plan being built (set by plan_merge)
         self.not_matched: list[_Clause] = []
 
     # ------------------------------------------------------------------ clauses
@@ -185,9 +188,10 @@ class _MergeClauses:
             )
         return keys, target_only, residual
 
-    def _stage(self) -> None:
-        """Plan the merge, write its files and record its reads on the transaction."""
-        txn = self.txn
+    def plan_merge(self, plan: PlanBuilder) -> Plan:
+        """The MERGE's plan: its reads (the target predicate), the files it writes and the
+        rows it removes, built on ``plan`` (which the planning steps below write to)."""
+        self._out = plan
         if not self.matched and not self.not_matched:
             raise InvalidInputError("MERGE needs at least one WHEN clause")
         params = {
@@ -195,19 +199,20 @@ class _MergeClauses:
             "matchedPredicates": [{"actionType": c.kind, "predicate": c.sql} for c in self.matched],
             "notMatchedPredicates": [{"actionType": c.kind, "predicate": c.sql} for c in self.not_matched],
         }
-        txn.set_operation("MERGE", params)
+        plan.set_operation("MERGE", params)
         if self.matched:
-            check_append_only(txn, "MERGE with WHEN MATCHED")
+            check_append_only(plan, "MERGE with WHEN MATCHED")
         keys, _, residual = self._split_on()
         target_pred = self.target_predicate()
-        files = txn.scan(target_pred)
-        txn.add_metrics(**self._plan(files, keys, target_pred, residual))
+        files = plan.scan(target_pred)
+        plan.add_metrics(**self._plan(files, keys, target_pred, residual))
+        return plan.build()
 
     def _plan(
         self, files: list[AddFile], keys: list[tuple[str, str]], target_pred: ex.Expr | None,
         residual: list[ex.Expr],
     ) -> dict[str, int]:  # fmt: skip
-        txn = self.txn
+        plan = self._out
         schema = self.target_schema
         target = self._read_target(files, target_pred)
         if target_pred is not None and target.num_rows:
@@ -228,17 +233,17 @@ class _MergeClauses:
         )
         touched_ids |= set(deletes.keys())
         touched = [files[i] for i in sorted(touched_ids)]
-        if txn.deletion_vectors_enabled:
+        if plan.deletion_vectors_enabled:
             # Old images of updated rows and deleted rows become DV deletes; only the new
             # images are written.
             self._delete_by_dv(files, touched_ids, updates, deletes)
             rewritten = updates.select(schema.names) if updates.num_rows else None
         else:
             rewritten = self._rewrite(touched_ids, updates, deletes)
-            txn.remove_files(touched)
+            plan.remove_files(touched)
         out_parts = [t for t in (rewritten, inserted) if t is not None and t.num_rows]
         if out_parts:
-            write_rows(txn, conform(pa.concat_tables(out_parts), schema, context="merge"))
+            write_rows(plan, conform(pa.concat_tables(out_parts), schema, context="merge"))
         return {
             "numTargetFilesRemoved": len(touched),
             "numTargetRowsUpdated": updates.num_rows,
@@ -263,14 +268,14 @@ class _MergeClauses:
         columns the MERGE reads (:meth:`_needed_columns`), of only the row groups whose
         statistics allow ``target_pred``, with their file id and physical position. Full
         rows are read later, for the rows that need them (:meth:`_full_rows`)."""
-        txn = self.txn
+        plan = self._out
         self._needed = self._needed_columns()
         self._scans: list[FileScan] = []
         self._whole: dict[int, tuple[pa.Table, np.ndarray]] = {}  # file id: every live row, positions
         parts = []
         for i, f in enumerate(files):
             scan = FileScan(
-                txn.table.log.fs, txn.table.log.root, f, self.target_schema, txn.metadata.partition_columns
+                plan.table.log.fs, plan.table.log.root, f, self.target_schema, plan.metadata.partition_columns
             )
             self._scans.append(scan)
             rows, positions = scan.live_rows(self._needed, skip_by=target_pred)
@@ -302,7 +307,7 @@ class _MergeClauses:
         for fid in np.unique(fids):
             at = np.flatnonzero(fids == fid)
             wanted = np.unique(pos[at])
-            if self.txn.deletion_vectors_enabled:
+            if self._out.deletion_vectors_enabled:
                 parts.append(self._scans[fid].rows_at(wanted))
             else:
                 rows, live = self._whole_file(int(fid))
@@ -412,8 +417,8 @@ class _MergeClauses:
         for fid in sorted(touched):
             scan = self._scans[fid]
             positions = np.fromiter(sorted(rows_by_file.get(fid, ())), dtype=np.int64)
-            self.txn.delete_rows(files[fid], positions, scan.deleted, scan.num_rows)
-        self.txn.flush_deletes()
+            self._out.delete_rows(files[fid], positions, scan.deleted, scan.num_rows)
+        self._out.flush_deletes()
 
     def _rewrite(self, touched: set[int], updates: pa.Table, deletes: dict[int, set[int]]) -> pa.Table | None:
         """Every row of the touched files but the updated and deleted ones, then the updates."""
@@ -442,7 +447,7 @@ class MergeBuilder(_MergeClauses):
     def execute(self) -> None:
         """Stage the merge: plan it, write its files and record its reads. Nothing is
         visible until ``txn.commit()``, which checks it against every newer commit."""
-        self.txn.stage(self._stage)
+        self.txn.run(self.plan_merge)
 
 
 class TableMergeBuilder(_MergeClauses):
@@ -450,7 +455,7 @@ class TableMergeBuilder(_MergeClauses):
 
     def execute(self) -> CommitResult:
         """Stage the merge, then commit its transaction; returns the commit's result."""
-        self.txn.stage(self._stage)
+        self.txn.run(self.plan_merge)
         return self.txn.commit()
 
 

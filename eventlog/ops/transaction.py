@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 import pyarrow as pa
 
 from eventlog.log.actions import AddFile
-from eventlog.ops import operations
+from eventlog.ops import alter, dml, optimize, restore, write
 from eventlog.ops.merge import MergeBuilder
 from eventlog.txn.transaction import CoreTransaction
 
@@ -31,7 +31,7 @@ class Transaction(CoreTransaction):
     """One atomic change to a table, with the operations users run on it."""
 
     def append(self, data: pa.Table | pa.RecordBatch, *, schema_mode: str | None = None) -> None:
-        self.stage(lambda: operations.append(self, data, schema_mode=schema_mode))
+        self.run(lambda plan: write.append(plan, data, schema_mode=schema_mode))
 
     def overwrite(
         self,
@@ -40,15 +40,15 @@ class Transaction(CoreTransaction):
         replace_where: str | None = None,
         schema_mode: str | None = None,
     ) -> None:
-        self.stage(
-            lambda: operations.overwrite(self, data, replace_where=replace_where, schema_mode=schema_mode)
+        self.run(
+            lambda plan: write.overwrite(plan, data, replace_where=replace_where, schema_mode=schema_mode)
         )
 
     def append_files(
         self, adds: Sequence[AddFile], *, schema: pa.Schema | None = None, num_rows: int | None = None
     ) -> None:
-        """Append data files written elsewhere (e.g. by Spark tasks); see :mod:`operations`."""
-        self.stage(lambda: operations.append_files(self, adds, schema=schema, num_rows=num_rows))
+        """Append data files written elsewhere (e.g. by Spark tasks); see :mod:`eventlog.ops.write`."""
+        self.run(lambda plan: write.append_files(plan, adds, schema=schema, num_rows=num_rows))
 
     def overwrite_files(
         self,
@@ -58,40 +58,40 @@ class Transaction(CoreTransaction):
         schema: pa.Schema | None = None,
         num_rows: int | None = None,
     ) -> None:
-        """Overwrite with data files written elsewhere; see :mod:`operations`."""
-        self.stage(
-            lambda: operations.overwrite_files(
-                self, adds, replace_where=replace_where, schema=schema, num_rows=num_rows
+        """Overwrite with data files written elsewhere; see :mod:`eventlog.ops.write`."""
+        self.run(
+            lambda plan: write.overwrite_files(
+                plan, adds, replace_where=replace_where, schema=schema, num_rows=num_rows
             )
         )
 
     def delete(self, predicate: str | None = None) -> None:
-        self.stage(lambda: operations.delete(self, predicate))
+        self.run(lambda plan: dml.delete(plan, predicate))
 
     def update(self, predicate: str | None = None, set: Mapping[str, str] | None = None) -> None:
-        self.stage(lambda: operations.update(self, predicate, set or {}))
+        self.run(lambda plan: dml.update(plan, predicate, set or {}))
 
     def optimize(
         self, *, zorder_by: Sequence[str] | None = None, partition_filter: str | None = None,
         target_size: int | None = None,
     ) -> None:  # fmt: skip
-        self.stage(
-            lambda: operations.optimize(
-                self, zorder_by=zorder_by, partition_filter=partition_filter, target_size=target_size
+        self.run(
+            lambda plan: optimize.optimize(
+                plan, zorder_by=zorder_by, partition_filter=partition_filter, target_size=target_size
             )
         )
 
     def restore(self, version: int) -> None:
-        self.stage(lambda: operations.restore(self, version))
+        self.run(lambda plan: restore.restore(plan, version))
 
     def set_properties(self, properties: Mapping[str, str]) -> None:
-        self.stage(lambda: operations.set_properties(self, properties))
+        self.run(lambda plan: alter.set_properties(plan, properties))
 
     def unset_properties(self, keys: Sequence[str]) -> None:
-        self.stage(lambda: operations.unset_properties(self, keys))
+        self.run(lambda plan: alter.unset_properties(plan, keys))
 
     def add_columns(self, fields: Sequence[pa.Field]) -> None:
-        self.stage(lambda: operations.add_columns(self, fields))
+        self.run(lambda plan: alter.add_columns(plan, fields))
 
     def merge(
         self, source: pa.Table, on: str, *, source_alias: str = "source", target_alias: str = "target"

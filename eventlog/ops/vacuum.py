@@ -27,7 +27,7 @@ from eventlog.errors import CorruptLogError, InvalidInputError
 from eventlog.files.partition_values import escape_path_name
 from eventlog.log.actions import DeletionVectorDescriptor
 from eventlog.log.storage import LOG_DIR, STAGED_DIR, file_mtime_ms
-from eventlog.ops.operations import (
+from eventlog.ops.alter import (
     DEFAULT_DELETED_FILE_RETENTION,
     DELETED_FILE_RETENTION_KEY,
     parse_interval_ms,

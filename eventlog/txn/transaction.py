@@ -25,17 +25,12 @@ Delta; the lower-level primitives (:meth:`scan`, :meth:`add_files`, :meth:`remov
 
 from __future__ import annotations
 
-import dataclasses
-import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import orjson
 import pyarrow as pa
-from pyroaring import BitMap64, FrozenBitMap64
 
-from eventlog import expr as ex
 from eventlog.errors import (
     CommitStateUnknownError,
     InvalidInputError,
@@ -43,20 +38,13 @@ from eventlog.errors import (
     TransactionStateError,
 )
 from eventlog.files.datafiles import delete_files
-from eventlog.files.deletion_vectors import dv_file_path, write_deletion_vectors
-from eventlog.files.pruning import data_schema, prune_files
-from eventlog.files.schema import from_spark_schema_json
+from eventlog.files.pruning import data_schema
 from eventlog.log.actions import (
     ENGINE_INFO,
     Action,
     AddFile,
     CommitInfo,
-    DeletionVectorDescriptor,
-    DomainMetadata,
-    Metadata,
-    Protocol,
     RemoveFile,
-    SetTransaction,
     action_name,
     encode_action,
 )
@@ -66,75 +54,37 @@ from eventlog.txn.attempt import CommitAttempt, CommitResult, CommitTarget, Pend
 from eventlog.txn.commitloop import CommitLoop
 from eventlog.txn.conflicts import ReadSet, TransactionSummary
 from eventlog.txn.groupcommit import GroupCommitLoop, groupable
-from eventlog.txn.rowlevel import CompactionSource, DvUpdate
+from eventlog.txn.plan import DV_PROPERTY, Plan, PlanBuilder, _now_ms, dv_relative_path
 from eventlog.userinput import (
     check_app_id,
-    check_json_text,
     check_optional_text,
-    check_text,
     check_txn_version,
 )
 
-__all__ = ["DV_PROPERTY", "CommitResult", "CoreTransaction", "dv_relative_path"]
+__all__ = ["DV_PROPERTY", "CommitResult", "CoreTransaction", "Plan", "PlanBuilder", "dv_relative_path"]
 
 
-DV_PROPERTY = "delta.enableDeletionVectors"
+class CoreTransaction(PlanBuilder):
+    """One atomic change to a table; see the module docstring.
 
-
-def dv_relative_path(dv: DeletionVectorDescriptor) -> str:
-    """Table-relative path of a ``u`` deletion vector file (for cleanup)."""
-    return dv_file_path("", dv).lstrip("/")
-
-
-class CoreTransaction:
-    """One atomic change to a table; see the module docstring."""
+    It is the :class:`~eventlog.txn.plan.PlanBuilder` of its own staged changes:
+    adapters (Spark, streaming) stage files and reads through the same primitives an
+    operation uses, and :meth:`run` records the plan an operation returns.
+    """
 
     def __init__(self, table: CommitTarget, snapshot: Snapshot | None) -> None:
-        self.table = table
-        self.snapshot = snapshot
+        super().__init__(table, snapshot)
         self.read_version = snapshot.version if snapshot is not None else -1
         self.txn_id = str(uuid.uuid4())
-        self._predicates: list[ex.Expr] = []
-        self._read_files: dict[str, Mapping[str, str | None]] = {}
-        self._whole_table = False
-        self._app_ids: set[str] = set()
-        self._adds: list[AddFile] = []
-        self._removes: list[RemoveFile] = []
-        self._created: list[str] = []  # data files this transaction wrote (relative paths)
-        self._metadata: Metadata | None = None
-        self._protocol: Protocol | None = None
-        self._txns: dict[str, SetTransaction] = {}
-        self._domains: dict[str, DomainMetadata] = {}
-        self._operation: str | None = None
-        self._params: dict[str, str] = {}
-        self._metrics: dict[str, str] = {}
-        self._changes_data = True
         self._skip = False
-        self._fail_on_any_winner = False
-        self._full_predicates: list[ex.Expr] = []
-        self._dv_updates: dict[str, DvUpdate] = {}
-        self._pending_deletes: dict[str, tuple[AddFile, FrozenBitMap64, FrozenBitMap64, int]] = {}
-        self._compaction: list[CompactionSource] = []
         self._user_metadata: str | None = None
         self._state = "open"
 
+    @property
+    def _who(self) -> str:
+        return f"transaction {self.txn_id}"
+
     # ------------------------------------------------------------------ state
-
-    @property
-    def metadata(self) -> Metadata:
-        """The metadata this transaction writes against (its own change, or what it read)."""
-        if self._metadata is not None:
-            return self._metadata
-        if self.snapshot is None:
-            raise TransactionStateError("the table has no metadata yet")
-        return self.snapshot.metadata
-
-    @property
-    def schema(self) -> pa.Schema:
-        if self._metadata is not None:
-            return from_spark_schema_json(self._metadata.schema_string)
-        assert self.snapshot is not None
-        return self.snapshot.schema
 
     @property
     def user_metadata(self) -> str | None:
@@ -149,102 +99,9 @@ class CoreTransaction:
         if self._state != "open":
             raise TransactionStateError(f"transaction {self.txn_id} is already {self._state}")
 
-    def set_operation(
-        self, operation: str, parameters: Mapping[str, Any] | None = None, *, changes_data: bool = True
-    ) -> None:
-        """Name this transaction's single operation (Delta: one operation per commit)."""
-        self._require_open()
-        if self._operation is not None:
-            raise TransactionStateError(
-                f"transaction {self.txn_id} already runs {self._operation}; use one transaction per operation"
-            )
-        self._operation = operation
-        self._params = {k: _param_json(operation, k, v) for k, v in (parameters or {}).items()}
-        self._changes_data = changes_data
-
-    def add_metrics(self, **metrics: int | str) -> None:
-        for k, v in metrics.items():
-            self._metrics[k] = str(v)
-
     # ------------------------------------------------------------------ reads
 
-    def txn_version(self, app_id: str) -> int:
-        """The latest committed version for ``app_id`` (-1 if none); records the read.
-
-        A concurrent commit that writes this app id then fails this transaction with
-        ConcurrentTransactionException.
-        """
-        self._require_open()
-        self._app_ids.add(app_id)
-        return self.snapshot.txn_version(app_id) if self.snapshot is not None else -1
-
-    def read_whole_table(self) -> None:
-        """Declare a dependency on the whole table (any concurrent add or remove conflicts)."""
-        self._whole_table = True
-        self._predicates.append(ex.TRUE)
-        self._full_predicates.append(ex.TRUE)
-
-    def scan(self, predicate: ex.Expr | str | None = None) -> list[AddFile]:
-        """Live files that may hold rows matching ``predicate``; records the read.
-
-        Files are pruned by partition values, then skipped by min/max statistics. The
-        partition-only part of the predicate (TRUE if none) is what concurrent appends are
-        checked against; the returned files are what concurrent removes are checked
-        against.
-        """
-        self._require_open()
-        if self.snapshot is None:
-            return []
-        pred = self.parse_predicate(predicate) if isinstance(predicate, str) else predicate
-        files: list[AddFile] = list(self.snapshot.add_files)
-        self._full_predicates.append(pred if pred is not None else ex.TRUE)
-        if pred is None:
-            self._predicates.append(ex.TRUE)
-        else:
-            part_pred, files = prune_files(files, pred, self.schema, self.metadata.partition_columns)
-            self._predicates.append(part_pred if part_pred is not None else ex.TRUE)
-        for f in files:
-            self._read_files[f.path] = f.partition_values
-        return files
-
-    def parse_predicate(self, sql: str, context: str = "predicate") -> ex.Expr:
-        return ex.parse_predicate(sql, self.schema, context=context)
-
     # ------------------------------------------------------------------ writes
-
-    def add_files(self, adds: Iterable[AddFile], *, created: bool = True) -> None:
-        """Stage adds; ``created`` marks files this transaction wrote (deleted on failure)."""
-        self._require_open()
-        for a in adds:
-            self._adds.append(a)
-            if created:
-                self._created.append(a.path)
-
-    def remove_files(self, files: Iterable[AddFile], *, data_change: bool = True) -> None:
-        self._require_open()
-        now = _now_ms()
-        self._removes.extend(f.remove(now, data_change=data_change) for f in files)
-
-    def update_metadata(self, metadata: Metadata) -> None:
-        self._require_open()
-        self._metadata = metadata
-
-    def update_protocol(self, protocol: Protocol) -> None:
-        self._require_open()
-        self._protocol = protocol
-
-    def set_app_transaction(self, app_id: str, version: int) -> None:
-        """Write ``txn(appId, version)`` with this commit (idempotent writes, streaming)."""
-        self._require_open()
-        app_id = check_app_id(app_id)
-        version = check_txn_version(version)
-        existing = self._txns.get(app_id)
-        if existing is not None and existing.version != version:
-            raise InvalidInputError(
-                f"Two SetTransaction actions within the same transaction have the same appId "
-                f"{app_id} but different versions {existing.version} and {version}."
-            )
-        self._txns[app_id] = SetTransaction(app_id, version, _now_ms())
 
     def idempotent(self, app_id: str | None, version: int | None) -> bool:
         """Delta's ``txnAppId``/``txnVersion``: False (and a no-op commit) if already applied.
@@ -264,50 +121,6 @@ class CoreTransaction:
         self.set_app_transaction(app_id, version)
         return True
 
-    @property
-    def deletion_vectors_enabled(self) -> bool:
-        return self.metadata.configuration.get(DV_PROPERTY) == "true"
-
-    def delete_rows(
-        self, add: AddFile, positions: Iterable[int], current: FrozenBitMap64, num_rows: int
-    ) -> None:
-        """Mark physical rows of a live file deleted (written as a DV by :meth:`flush_deletes`)."""
-        self._require_open()
-        prior = self._pending_deletes.get(add.path)
-        base = prior[1] if prior else current
-        deleted = FrozenBitMap64((prior[2] if prior else current) | BitMap64(int(p) for p in positions))
-        self._pending_deletes[add.path] = (add, base, deleted, num_rows)
-
-    def flush_deletes(self) -> None:
-        """Stage the pending row deletes: one DV file for the commit, remove+add per file.
-
-        A file whose every row is deleted is simply removed.
-        """
-        pending = list(self._pending_deletes.values())
-        self._pending_deletes.clear()
-        now = _now_ms()
-        partial = [p for p in pending if len(p[2]) < p[3]]
-        descriptors = write_deletion_vectors(self.table.log.fs, self.table.log.root, [p[2] for p in partial])
-        if descriptors:
-            self._created.append(dv_relative_path(descriptors[0]))
-        by_path = {p[0].path: d for p, d in zip(partial, descriptors, strict=True)}
-        for add, base, deleted, num_rows in pending:
-            self._removes.append(add.remove(now))
-            dv = by_path.get(add.path)
-            if dv is not None:
-                self._adds.append(
-                    dataclasses.replace(add, deletion_vector=dv, data_change=True, modification_time=now)
-                )
-            self._dv_updates[add.path] = DvUpdate(add.path, num_rows, add.key[1], base, deleted)
-
-    def record_compaction(self, sources: Sequence[CompactionSource]) -> None:
-        """Declare where compacted files' rows went (lets row-level resolution remap them)."""
-        self._compaction.extend(sources)
-
-    def set_domain_metadata(self, domain: str, configuration: str, *, removed: bool = False) -> None:
-        self._require_open()
-        self._domains[domain] = DomainMetadata(domain, configuration, removed)
-
     # ------------------------------------------------------------------ staging
     #
     # One rule for every operation (see :mod:`eventlog.ops.transaction`): running it only
@@ -315,19 +128,53 @@ class CoreTransaction:
     # publishes it. An operation that fails aborts the transaction, deleting whatever files
     # it wrote, so the table is left exactly as it was.
 
-    def stage(self, operation: Callable[[], object]) -> None:
-        """Run ``operation`` (which stages actions on this transaction); on any error,
-        abort the transaction (its written files are deleted) and re-raise."""
+    def run(self, operation: Callable[[PlanBuilder], Plan]) -> None:
+        """Run ``operation`` on the snapshot this transaction reads and record the plan it
+        returns. On any error the files the operation wrote are deleted, the transaction
+        is aborted, and the error is re-raised."""
         self._require_open()
+        if self._operation is not None:
+            self.abort()
+            raise TransactionStateError(
+                f"{self._who} already runs {self._operation}; use one transaction per operation"
+            )
+        builder = PlanBuilder(self.table, self.snapshot, metadata=self._metadata, protocol=self._protocol)
         try:
-            operation()
+            self.record(operation(builder))
         except BaseException:
+            builder.discard_files()
             self.abort()
             raise
 
-    def require_no_concurrent_commits(self) -> None:
-        """Fail the commit with ConcurrentWriteException if any commit wins first."""
-        self._fail_on_any_winner = True
+    def record(self, plan: Plan) -> None:
+        """Add ``plan``'s reads and staged actions to this transaction."""
+        self._require_open()
+        if plan.operation is not None:
+            if self._operation is not None:
+                raise TransactionStateError(
+                    f"{self._who} already runs {self._operation}; use one transaction per operation"
+                )
+            self._operation, self._params = plan.operation, dict(plan.parameters)
+            self._changes_data = plan.changes_data
+        self._predicates.extend(plan.partition_predicates)
+        self._full_predicates.extend(plan.predicates)
+        self._read_files.update(plan.read_files)
+        self._whole_table = self._whole_table or plan.whole_table
+        self._app_ids |= plan.app_ids
+        self._adds.extend(plan.adds)
+        self._removes.extend(plan.removes)
+        self._created.extend(plan.created)
+        if plan.metadata is not None:
+            self._metadata = plan.metadata
+        if plan.protocol is not None:
+            self._protocol = plan.protocol
+        for txn in plan.txns.values():
+            self.set_app_transaction(txn.app_id, txn.version)
+        self._domains.update(plan.domains)
+        self._metrics.update(plan.metrics)
+        self._dv_updates.update(plan.dv_updates)
+        self._compaction.extend(plan.compaction)
+        self._fail_on_any_winner = self._fail_on_any_winner or plan.fail_on_any_winner
 
     # ------------------------------------------------------------------ commit
 
@@ -467,20 +314,6 @@ def _reject_duplicate_files(adds: Sequence[AddFile], removes: Sequence[RemoveFil
         gone.add(r.key)
 
 
-def _param_json(operation: str, key: str, value: Any) -> str:
-    """An operationParameters value as commitInfo holds it (strings as is, others as JSON)."""
-    what = f"{operation} parameter {key!r}"
-    if isinstance(value, str):
-        return check_text(value, what)
-    check_json_text(value, what)
-    try:
-        return orjson.dumps(value).decode()
-    except orjson.JSONEncodeError as exc:
-        raise InvalidTextError(
-            f"{what} cannot be written to the log: {exc}", argument=what, reason=str(exc)
-        ) from None
-
-
 def _reject_unencodable(actions: Sequence[Action]) -> None:
     """Backstop before staging: every action that carries user text (commitInfo, metadata,
     txn, domain metadata) must encode as JSON, so a commit never fails half-prepared.
@@ -495,7 +328,3 @@ def _reject_unencodable(actions: Sequence[Action]) -> None:
             raise InvalidTextError(
                 f"the {what} cannot be written to the log: {exc}", argument=what, reason=str(exc)
             ) from None
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

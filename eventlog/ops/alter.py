@@ -1,0 +1,136 @@
+"""ALTER TABLE: table properties (``SET``/``UNSET TBLPROPERTIES``, with the ``delta.*`` values
+this library interprets validated) and new columns. Each stages a metadata action, which
+conflicts with every concurrent write."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import pyarrow as pa
+
+from eventlog.errors import (
+    InvalidInputError,
+    InvalidTablePropertyError,
+)
+from eventlog.files.schema import canonical_schema, to_spark_schema_json
+from eventlog.log.actions import Protocol
+from eventlog.snapshot.isolation import ISOLATION_LEVEL_KEY, IsolationLevel
+from eventlog.snapshot.protocol import DV_PROPERTY, upgrade
+from eventlog.txn.plan import Plan, PlanBuilder
+from eventlog.userinput import check_string_map
+
+APPEND_ONLY_KEY = "delta.appendOnly"
+TARGET_FILE_SIZE_KEY = "delta.targetFileSize"
+_BOOL_PROPERTIES = (APPEND_ONLY_KEY, DV_PROPERTY)
+_INT_PROPERTIES = ("delta.checkpointInterval", TARGET_FILE_SIZE_KEY, "delta.dataSkippingNumIndexedCols")
+DELETED_FILE_RETENTION_KEY = "delta.deletedFileRetentionDuration"
+DEFAULT_DELETED_FILE_RETENTION = "interval 1 week"
+_INTERVAL_PROPERTIES = ("delta.logRetentionDuration", DELETED_FILE_RETENTION_KEY)
+_INTERVAL_UNITS_MS = {
+    "millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000,
+    "week": 7 * 86_400_000,
+}  # fmt: skip
+
+
+def parse_interval_ms(value: str) -> int:
+    """Delta's ``interval <n> <unit>`` durations (``interval 1 week``) in milliseconds."""
+    parts = value.strip().lower().split()
+    if len(parts) == 3 and parts[0] == "interval" and parts[1].isdigit():
+        unit = parts[2].removesuffix("s")
+        if unit in _INTERVAL_UNITS_MS:
+            return int(parts[1]) * _INTERVAL_UNITS_MS[unit]
+    raise InvalidInputError(f"invalid interval {value!r}; expected e.g. 'interval 7 days'")
+
+
+# Features whose write rules are not implemented (yet): enabling them is refused rather
+# than silently producing tables other Delta writers would consider broken.
+_UNSUPPORTED_TRUE = ("delta.enableChangeDataFeed", "delta.enableRowTracking")
+
+
+# --------------------------------------------------------------------------- properties
+
+
+def validate_properties(properties: Mapping[str, str]) -> None:
+    """Reject invalid values of the ``delta.*`` properties this library interprets, and keys
+    or values the log cannot hold (not strings, empty keys, lone surrogates)."""
+    for key, value in check_string_map(properties, "table property").items():
+        if key == ISOLATION_LEVEL_KEY:
+            IsolationLevel.parse(value)
+        elif key in _BOOL_PROPERTIES:
+            if value not in ("true", "false"):
+                raise InvalidTablePropertyError(key, value, ["true", "false"])
+        elif key in _INT_PROPERTIES:
+            # ASCII digits only ("²".isdigit() is true), and few enough for int()
+            if not (value.isascii() and value.isdigit() and len(value) <= 30) or int(value) <= 0:
+                raise InvalidTablePropertyError(key, value, ["a positive integer"])
+        elif key in _UNSUPPORTED_TRUE:
+            if value != "false":
+                raise InvalidTablePropertyError(key, value, ["false (not supported yet)"])
+        elif key in _INTERVAL_PROPERTIES:
+            if not (value.isascii() and len(value) <= 100):
+                raise InvalidTablePropertyError(key, value, ["an interval such as 'interval 7 days'"])
+            parse_interval_ms(value)
+        elif key.startswith("delta."):
+            raise InvalidInputError(f"unknown Delta table property {key!r}")
+
+
+def set_properties(plan: PlanBuilder, properties: Mapping[str, str]) -> Plan:
+    validate_properties(properties)
+    plan.set_operation("SET TBLPROPERTIES", {"properties": dict(properties)}, changes_data=False)
+    config = {**plan.metadata.configuration, **properties}
+    plan.update_metadata(dataclasses.replace(plan.metadata, configuration=config))
+    current = read_protocol(plan)
+    upgraded = upgrade(current, plan.schema, config)
+    if upgraded != current:  # e.g. enabling deletion vectors adds the table feature
+        plan.update_protocol(upgraded)
+    return plan.build()
+
+
+def unset_properties(plan: PlanBuilder, keys: Sequence[str]) -> Plan:
+    missing = [k for k in keys if k not in plan.metadata.configuration]
+    if missing:
+        raise InvalidInputError(f"cannot unset table properties that are not set: {missing}")
+    plan.set_operation(
+        "UNSET TBLPROPERTIES", {"properties": list(keys), "ifExists": "false"}, changes_data=False
+    )
+    config = {k: v for k, v in plan.metadata.configuration.items() if k not in set(keys)}
+    plan.update_metadata(dataclasses.replace(plan.metadata, configuration=config))
+    return plan.build()
+
+
+def add_columns(plan: PlanBuilder, fields: Sequence[pa.Field]) -> Plan:
+    schema = plan.schema
+    existing = {n.lower() for n in schema.names}
+    new_fields = []
+    for f in fields:
+        if not isinstance(f, pa.Field):
+            raise InvalidInputError(f"add_columns takes pyarrow fields, got {f!r}")
+        if f.name.lower() in existing:
+            raise InvalidInputError(f"column {f.name!r} already exists")
+        if not f.nullable:
+            raise InvalidInputError(f"added column {f.name!r} must be nullable (existing rows hold null)")
+        existing.add(f.name.lower())
+        new_fields.append(f)
+    if not new_fields:
+        raise InvalidInputError("add_columns needs at least one field")
+    new_schema = canonical_schema(pa.schema([*schema, *new_fields]))
+    plan.set_operation(
+        "ADD COLUMNS", {"columns": [{"column": {"name": f.name, "type": str(f.type)}} for f in new_fields]},
+        changes_data=False,
+    )  # fmt: skip
+    change_schema(plan, new_schema)
+    return plan.build()
+
+
+def change_schema(plan: PlanBuilder, new_schema: pa.Schema) -> None:
+    plan.update_metadata(dataclasses.replace(plan.metadata, schema_string=to_spark_schema_json(new_schema)))
+    current = read_protocol(plan)
+    upgraded = upgrade(current, new_schema, plan.metadata.configuration)
+    if upgraded != current:
+        plan.update_protocol(upgraded)
+
+
+def read_protocol(plan: PlanBuilder) -> Protocol:
+    assert plan.snapshot is not None
+    return plan.snapshot.protocol

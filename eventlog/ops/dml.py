@@ -1,0 +1,105 @@
+"""DELETE and UPDATE: the predicate is the read set (its partition part for concurrent
+appends, the pruned files for concurrent removes); matched rows are removed and, for
+UPDATE, written again with their new values."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from eventlog import expr as ex
+from eventlog.errors import (
+    InvalidInputError,
+    UnknownColumnError,
+)
+from eventlog.files.schema import conform
+from eventlog.log.actions import AddFile
+from eventlog.ops.common import check_append_only, write_rows
+from eventlog.ops.rows import matching_files, remove_rows
+from eventlog.txn.plan import Plan, PlanBuilder
+
+
+def delete(plan: PlanBuilder, predicate: str | None) -> Plan:
+    if predicate is not None:
+        ex.check_sql_text(predicate)
+    plan.set_operation("DELETE", {"predicate": [predicate] if predicate else []})
+    check_append_only(plan, "DELETE")
+    pred = plan.parse_predicate(predicate) if predicate is not None else None
+    files = plan.scan(pred)
+    removed, deleted, copied = remove_rows(plan, files, pred)
+    plan.add_metrics(numRemovedFiles=removed, numDeletedRows=deleted, numCopiedRows=copied)
+    return plan.build()
+
+
+def parse_assignments(plan: PlanBuilder, assignments: Mapping[str, str], **kw: Any) -> dict[str, ex.Expr]:
+    """SET column = expression pairs, the column names resolved case-insensitively."""
+    schema = plan.schema
+    by_lower = {n.lower(): n for n in schema.names}
+    out: dict[str, ex.Expr] = {}
+    for column, sql in assignments.items():
+        name = by_lower.get(column.lower())
+        if name is None:
+            raise UnknownColumnError(column, list(schema.names), "SET")
+        out[name] = ex.parse_expression(sql, schema, context=f"SET {name}", **kw)
+    return out
+
+
+def apply_assignments(
+    rows: pa.Table, mask: pa.Array | None, assignments: Mapping[str, ex.Expr], schema: pa.Schema,
+    source: pa.Table | None = None, resolve: Any = None,
+) -> pa.Table:  # fmt: skip
+    """Rows with the assignments applied where ``mask`` is true (everywhere when None)."""
+    env = rows if source is None else source
+    out = rows
+    for name, expr in assignments.items():
+        field = schema.field(name)
+        try:
+            value = ex.evaluate(expr, env, resolve)
+            value = pc.cast(value, field.type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise InvalidInputError(f"cannot assign to column {name!r} ({field.type}): {exc}") from exc
+        if mask is not None:
+            value = pc.if_else(mask, value, rows[name])
+        out = out.set_column(out.schema.get_field_index(name), field, value)
+    return out
+
+
+def update(plan: PlanBuilder, predicate: str | None, assignments: Mapping[str, str]) -> Plan:
+    if predicate is not None:
+        ex.check_sql_text(predicate)
+    plan.set_operation("UPDATE", {"predicate": [predicate] if predicate else []})
+    check_append_only(plan, "UPDATE")
+    if not assignments:
+        raise InvalidInputError("UPDATE needs at least one SET assignment")
+    pred = plan.parse_predicate(predicate) if predicate is not None else None
+    exprs = parse_assignments(plan, assignments)
+    files = plan.scan(pred)
+    use_dv = plan.deletion_vectors_enabled
+    touched: list[AddFile] = []
+    rewritten: list[pa.Table] = []
+    updated = copied = 0
+    for scan, matched in matching_files(plan, files, pred):
+        hits = matched.size
+        touched.append(scan.add)
+        updated += hits
+        if use_dv:
+            # The old images become DV-deleted rows; the new images go to a new file: only
+            # the matched rows are read in full.
+            plan.delete_rows(scan.add, matched, scan.deleted, scan.num_rows)
+            rewritten.append(apply_assignments(scan.rows_at(matched), None, exprs, plan.schema))
+        else:
+            rows, hit = scan.live_rows_marked(matched)
+            copied += rows.num_rows - hits
+            rewritten.append(apply_assignments(rows, hit, exprs, plan.schema))
+    if rewritten:
+        new_rows = conform(pa.concat_tables(rewritten), plan.schema, context="update")
+        if use_dv:
+            plan.flush_deletes()
+        else:
+            plan.remove_files(touched)
+        write_rows(plan, new_rows)
+    plan.add_metrics(numRemovedFiles=len(touched), numUpdatedRows=updated, numCopiedRows=copied)
+    return plan.build()

@@ -1,0 +1,135 @@
+"""Append and overwrite (``replace_where``), of rows or of data files written elsewhere
+(Spark tasks). An append reads nothing (a blind append); an overwrite reads the whole table
+or its ``replace_where`` predicate."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from eventlog import expr as ex
+from eventlog.errors import (
+    InvalidInputError,
+)
+from eventlog.files.schema import canonical_schema, conform, merge_schema
+from eventlog.log.actions import AddFile
+from eventlog.ops.alter import change_schema
+from eventlog.ops.common import check_append_only, to_arrow_table, write_rows
+from eventlog.ops.rows import remove_rows
+from eventlog.txn.plan import Plan, PlanBuilder
+
+
+def _prepare_data(plan: PlanBuilder, data: Any, schema_mode: str | None, context: str) -> pa.Table:
+    table = to_arrow_table(data)
+    if schema_mode not in (None, "merge"):
+        raise InvalidInputError(f"schema_mode must be None or 'merge', got {schema_mode!r}")
+    schema = plan.schema
+    if schema_mode == "merge":
+        merged = merge_schema(schema, canonical_schema(table.schema))
+        if not merged.equals(schema):
+            change_schema(plan, merged)
+            schema = merged
+    return conform(table, schema, context=context)
+
+
+def append(plan: PlanBuilder, data: Any, *, schema_mode: str | None = None) -> Plan:
+    """Blind append: reads nothing, so it cannot conflict with concurrent data changes."""
+    parts = list(plan.metadata.partition_columns)
+    plan.set_operation("WRITE", {"mode": "Append", "partitionBy": parts})
+    table = _prepare_data(plan, data, schema_mode, "append")
+    adds = write_rows(plan, table)
+    plan.add_metrics(
+        numFiles=len(adds), numOutputRows=table.num_rows, numOutputBytes=sum(a.size for a in adds)
+    )
+    return plan.build()
+
+
+def overwrite(
+    plan: PlanBuilder, data: Any, *, replace_where: str | None = None, schema_mode: str | None = None
+) -> Plan:
+    """Replace the table's rows (or the rows matching ``replace_where``) with ``data``."""
+    params: dict[str, Any] = {"mode": "Overwrite", "partitionBy": list(plan.metadata.partition_columns)}
+    if replace_where is not None:
+        ex.check_sql_text(replace_where, "replace_where")
+        params["predicate"] = [replace_where]
+    plan.set_operation("WRITE", params)
+    check_append_only(plan, "overwrite")
+    table = _prepare_data(plan, data, schema_mode, "overwrite")
+    pred = plan.parse_predicate(replace_where, "replace_where") if replace_where is not None else None
+    if pred is not None:
+        ok = ex.evaluate_mask(pred, table)
+        if pc.sum(ok).as_py() != table.num_rows and table.num_rows:
+            raise InvalidInputError(
+                f"Data written out does not match replaceWhere '{replace_where}': "
+                f"{table.num_rows - (pc.sum(ok).as_py() or 0)} rows fall outside it"
+            )
+    files = plan.scan(pred)
+    removed, deleted_rows, copied = remove_rows(plan, files, pred)
+    adds = write_rows(plan, table)
+    plan.add_metrics(
+        numFiles=len(adds), numOutputRows=table.num_rows, numRemovedFiles=removed,
+        numDeletedRows=deleted_rows, numCopiedRows=copied,
+    )  # fmt: skip
+    return plan.build()
+
+
+def _evolve_schema(plan: PlanBuilder, written_schema: pa.Schema | None) -> None:
+    """``mergeSchema`` for files written elsewhere: adopt their schema if it only adds columns."""
+    if written_schema is None:
+        return
+    schema = plan.schema
+    merged = merge_schema(schema, canonical_schema(written_schema))
+    if not merged.equals(schema):
+        change_schema(plan, merged)
+
+
+def append_files(
+    plan: PlanBuilder,
+    adds: Sequence[AddFile],
+    *,
+    schema: pa.Schema | None = None,
+    num_rows: int | None = None,
+) -> Plan:
+    """A blind append of data files an engine (Spark tasks) already wrote and conformed.
+
+    ``schema``: the written files' schema, when it may add columns (mergeSchema); the
+    files are deleted if the commit fails.
+    """
+    plan.set_operation("WRITE", {"mode": "Append", "partitionBy": list(plan.metadata.partition_columns)})
+    _evolve_schema(plan, schema)
+    plan.add_files(adds)
+    rows = num_rows if num_rows is not None else sum(a.num_records or 0 for a in adds)
+    plan.add_metrics(numFiles=len(adds), numOutputRows=rows, numOutputBytes=sum(a.size for a in adds))
+    return plan.build()
+
+
+def overwrite_files(
+    plan: PlanBuilder,
+    adds: Sequence[AddFile],
+    *,
+    replace_where: str | None = None,
+    schema: pa.Schema | None = None,
+    num_rows: int | None = None,
+) -> Plan:
+    """Replace the table's rows (or those matching ``replace_where``) with files already
+    written. The writer must have checked that every new row satisfies ``replace_where``."""
+    params: dict[str, Any] = {"mode": "Overwrite", "partitionBy": list(plan.metadata.partition_columns)}
+    if replace_where is not None:
+        ex.check_sql_text(replace_where, "replace_where")
+        params["predicate"] = [replace_where]
+    plan.set_operation("WRITE", params)
+    check_append_only(plan, "overwrite")
+    _evolve_schema(plan, schema)
+    pred = plan.parse_predicate(replace_where, "replace_where") if replace_where is not None else None
+    files = plan.scan(pred)
+    removed, deleted_rows, copied = remove_rows(plan, files, pred)
+    plan.add_files(adds)
+    rows = num_rows if num_rows is not None else sum(a.num_records or 0 for a in adds)
+    plan.add_metrics(
+        numFiles=len(adds), numOutputRows=rows, numRemovedFiles=removed, numDeletedRows=deleted_rows,
+        numCopiedRows=copied,
+    )  # fmt: skip
+    return plan.build()
