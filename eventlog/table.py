@@ -1,16 +1,17 @@
-"""The table API: create/open, write operations, reads, time travel and history.
+"""The table API (the facade): create/open, write operations, reads, time travel and history.
 
 A :class:`Table` is a handle: it caches the latest snapshot it has seen and the commits
 it has read, and brings the snapshot up to date before every operation. Many handles (in
 many threads or processes) may write one table at once; version slots come from a
 :class:`lockstore.SlotStore` (by default a local-file store inside the table directory,
-or a process-wide in-memory store for ``memory://`` tables).
+or a process-wide in-memory store for ``memory://`` tables). The work is done below:
+operations by :mod:`eventlog.ops`, snapshots and checkpoints by :mod:`eventlog.snapshot`
+(``loader``, ``timeline``, ``read``, ``new_table``), commits by :mod:`eventlog.log`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import os
 import threading
 import time
@@ -19,25 +20,11 @@ from typing import Any, Self
 
 import pyarrow as pa
 
-from eventlog import expr as ex
-from eventlog.errors import (
-    CorruptLogError,
-    InvalidInputError,
-    TableAlreadyExistsError,
-    TableNotFoundError,
-    UnknownColumnError,
-    VersionNotFoundError,
-)
-from eventlog.files.partition_values import check_partition_column
-from eventlog.files.pruning import prune_files
-from eventlog.files.scan import read_live_rows, read_matching_rows
-from eventlog.files.schema import canonical_schema, conform, to_spark_schema_json
-from eventlog.log.actions import Metadata
-from eventlog.log.checkpoint import CheckpointState, find_latest_checkpoint, read_checkpoint, write_checkpoint
+from eventlog.errors import InvalidInputError, TableAlreadyExistsError, VersionNotFoundError
+from eventlog.files.schema import canonical_schema, conform
 from eventlog.log.commit import Commit
 from eventlog.log.commitlog import CommitLog, SlotsSpec, acquire_slots
 from eventlog.log.storage import LogStore
-from eventlog.ops.merge import TableMergeBuilder
 from eventlog.ops.alter import (
     DEFAULT_DELETED_FILE_RETENTION,
     DELETED_FILE_RETENTION_KEY,
@@ -45,24 +32,19 @@ from eventlog.ops.alter import (
     validate_properties,
 )
 from eventlog.ops.common import to_arrow_table, write_rows
+from eventlog.ops.merge import TableMergeBuilder
 from eventlog.ops.transaction import Transaction
 from eventlog.ops.vacuum import vacuum as vacuum_table
 from eventlog.snapshot import Snapshot
-from eventlog.snapshot.protocol import check_readable, protocol_for
+from eventlog.snapshot.loader import checkpoint_due, load_snapshot, write_snapshot_checkpoint
+from eventlog.snapshot.new_table import check_partition_by, new_table_metadata
+from eventlog.snapshot.protocol import protocol_for
+from eventlog.snapshot.read import read_snapshot_rows
+from eventlog.snapshot.timeline import commit_history, timestamp_ms, version_at
 from eventlog.txn.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from eventlog.txn.transaction import CommitResult
-from eventlog.userinput import (
-    check_local_path,
-    check_optional_text,
-    check_string_list,
-    check_uri,
-)
+from eventlog.userinput import check_local_path, check_optional_text, check_uri
 from lockstore import SlotStore
-
-logger = logging.getLogger("eventlog.table")
-
-CHECKPOINT_INTERVAL_KEY = "delta.checkpointInterval"
-DEFAULT_CHECKPOINT_INTERVAL = 100
 
 
 class Table:
@@ -125,30 +107,10 @@ class Table:
                 raise InvalidInputError("Table.create needs a schema or data")
             schema = rows.schema
         arrow_schema = canonical_schema(schema)
-        parts = check_string_list(partition_by or (), "partition column")
-        for col in parts:
-            if col not in arrow_schema.names:
-                raise ex_unknown(col, arrow_schema, "partition_by")
-            if pa.types.is_nested(arrow_schema.field(col).type):
-                raise InvalidInputError(
-                    f"partition column {col!r} has nested type {arrow_schema.field(col).type}"
-                )
-            check_partition_column(col)
-        if len(set(parts)) != len(parts):
-            raise InvalidInputError(f"partition_by lists a column twice: {parts}")
-        if parts and len(parts) == len(arrow_schema):
-            raise InvalidInputError("a table cannot be partitioned by all of its columns")
+        parts = check_partition_by(partition_by, arrow_schema)
         props = dict(properties or {})
         validate_properties(props)
-        metadata = Metadata(
-            id=Metadata.new_id(),
-            schema_string=to_spark_schema_json(arrow_schema),
-            partition_columns=tuple(parts),
-            configuration=props,
-            created_time=int(time.time() * 1000),
-            name=name,
-            description=description,
-        )
+        metadata = new_table_metadata(arrow_schema, parts, props, name=name, description=description)
         txn = Transaction(table, None)
         txn.set_operation(
             "CREATE TABLE" if rows is None else "CREATE TABLE AS SELECT",
@@ -299,97 +261,12 @@ class Table:
 
     def version_at(self, timestamp: dt.datetime | str | int) -> int:
         """The latest version committed at or before ``timestamp`` (Delta's timestampAsOf)."""
-        ts = _timestamp_ms(timestamp)
-        current = self.refresh()
-        known = dict(current.commit_timestamps)
-        best = -1
-        for version in range(current.version + 1):
-            commit_ts = known.get(version)
-            if commit_ts is None:
-                commit_ts = self._commit_timestamp(version)
-            if commit_ts is None:
-                continue
-            if commit_ts <= ts:
-                best = version
-            else:
-                break
-        if best < 0:
-            raise VersionNotFoundError(
-                f"{self.uri}: no version was committed at or before {timestamp!r}",
-                requested=timestamp,
-                earliest=0,
-                latest=current.version,
-            )
-        return best
-
-    def _commit_timestamp(self, version: int) -> int | None:
-        commit = self._read_commit(version, required=False)
-        if commit is not None and commit.timestamp is not None:
-            return commit.timestamp
-        return self.log.commit_mtime_ms(version)
+        ts = timestamp_ms(timestamp)
+        return version_at(self.commitlog, self.refresh(), ts, requested=timestamp)
 
     def _load(self, version: int | None) -> Snapshot:
         """Replay the log (from the newest usable checkpoint) up to ``version``/latest."""
-        names = self.log.list_log()
-        listed = LogStore.commit_version_bounds(names)
-        if listed:
-            # The listing proves these versions are published: no per-version check needed.
-            self.commitlog.note_listed(listed[-1])
-        latest = max(listed[-1] if listed else -1, self.latest_version())
-        if latest < 0:
-            raise TableNotFoundError(self.uri)
-        target = latest if version is None else version
-        base, cp = self._newest_readable_checkpoint(target, names)
-        if base is not None and cp is not None:
-            start = cp + 1
-        else:
-            base, start = None, 0
-            if listed and listed[0] != 0:
-                raise VersionNotFoundError(
-                    f"{self.uri}: commits before version {listed[0]} were cleaned up and no "
-                    "checkpoint covers them",
-                    requested=target,
-                    earliest=listed[0],
-                    latest=latest,
-                )
-        commits = self.commitlog.commits_between(start, target)
-        snap = Snapshot.from_commits(self.uri, commits) if base is None else base.advance(commits)
-        check_readable(snap.protocol)
-        return snap
-
-    def _newest_readable_checkpoint(
-        self, target: int, names: list[str]
-    ) -> tuple[Snapshot | None, int | None]:
-        """The newest checkpoint at or before ``target`` that reads cleanly.
-
-        A damaged or vanished checkpoint is skipped (older checkpoint, or replay from 0),
-        as Delta Spark does: checkpoints are a cache of the fold, the commits are the truth.
-        """
-        bound = target
-        while bound >= 0:
-            cp = find_latest_checkpoint(self.log.fs, self.log.log_dir, at_or_before=bound, listing=names)
-            if cp is None:
-                return None, None
-            try:
-                state = read_checkpoint(self.log.fs, self.log.log_dir, cp)
-            except (CorruptLogError, FileNotFoundError) as exc:
-                logger.warning("skipping unreadable checkpoint %s of %s: %s", cp, self.uri, exc)
-                bound = cp - 1
-                continue
-            snap = Snapshot.from_state(
-                self.uri,
-                cp,
-                state.protocol,
-                state.metadata,
-                state.adds,
-                state.removes,
-                state.txns,
-                state.domains,
-            )
-            return snap, cp
-        return None, None
-
-    # ------------------------------------------------------------------ log access (engine)
+        return load_snapshot(self.commitlog, version)
 
     # ------------------------------------------------------------------ the commit log
 
@@ -435,8 +312,7 @@ class Table:
             else:
                 return
             self._snapshot = snap
-        interval = int(snap.properties.get(CHECKPOINT_INTERVAL_KEY, DEFAULT_CHECKPOINT_INTERVAL))
-        if interval > 0 and snap.version > 0 and snap.version % interval == 0:
+        if checkpoint_due(snap):
             self.checkpoint(snap)
 
     def checkpoint(self, snapshot: Snapshot | None = None) -> int:
@@ -446,19 +322,7 @@ class Table:
             snap.properties.get(DELETED_FILE_RETENTION_KEY, DEFAULT_DELETED_FILE_RETENTION)
         )
         horizon = int(time.time() * 1000) - retention
-        # Tombstones older than the retention are dropped (VACUUM may delete their files).
-        live_tombstones = tuple(r for r in snap.tombstones.values() if (r.deletion_timestamp or 0) >= horizon)
-        state = CheckpointState(
-            version=snap.version,
-            protocol=snap.protocol,
-            metadata=snap.metadata,
-            adds=snap.add_files,
-            removes=live_tombstones,
-            txns=tuple(snap.txns.values()),
-            domains=tuple(snap.domains.values()),
-        )
-        write_checkpoint(self.log.fs, self.log.log_dir, state)
-        return snap.version
+        return write_snapshot_checkpoint(self.log, snap, tombstone_horizon_ms=horizon)
 
     # ------------------------------------------------------------------ operations
 
@@ -579,35 +443,11 @@ class Table:
     ) -> pa.Table:
         """Read the table (or a past version); ``filter`` is a SQL predicate."""
         snap = self.snapshot(version, timestamp=timestamp)
-        files = list(snap.add_files)
-        if columns is not None:
-            columns = check_string_list(columns, "column")
-            for col in columns:
-                if col not in snap.schema.names:
-                    raise ex_unknown(col, snap.schema, "columns")
-        fs, root, parts = self.log.fs, self.log.root, snap.partition_columns
-        if filter is None:
-            return read_live_rows(fs, root, files, snap.schema, parts, columns=columns)
-        pred = ex.parse_predicate(filter, snap.schema, context="filter")
-        _, files = prune_files(files, pred, snap.schema, parts)
-        return read_matching_rows(fs, root, files, snap.schema, parts, pred, filter, columns=columns)
+        return read_snapshot_rows(self.log.fs, self.log.root, snap, filter=filter, columns=columns)
 
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
         """commitInfo of each version, newest first (Delta's DESCRIBE HISTORY)."""
-        latest = self.refresh().version
-        out: list[dict[str, Any]] = []
-        version = latest
-        while version >= 0 and (limit is None or len(out) < limit):
-            commit = self._read_commit(version, required=False)
-            if commit is None:
-                break  # older commits were cleaned up
-            info = commit.commit_info
-            entry: dict[str, Any] = {"version": version}
-            if info is not None:
-                entry.update(info.to_json())
-            out.append(entry)
-            version -= 1
-        return out
+        return commit_history(self.commitlog, self.refresh().version, limit)
 
     def __repr__(self) -> str:
         snap = self._snapshot
@@ -666,20 +506,3 @@ def _log_store(uri: str | os.PathLike[str]) -> LogStore:
     if log.is_local:
         check_local_path(log.root)
     return log
-
-
-def ex_unknown(column: str, schema: pa.Schema, context: str) -> Exception:
-    return UnknownColumnError(column, list(schema.names), context)
-
-
-def _timestamp_ms(value: dt.datetime | str | int) -> int:
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        try:
-            value = dt.datetime.fromisoformat(value)
-        except ValueError as exc:
-            raise InvalidInputError(f"cannot parse timestamp {value!r}: use ISO 8601") from exc
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.UTC)
-    return int(value.timestamp() * 1000)

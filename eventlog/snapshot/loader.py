@@ -1,0 +1,133 @@
+"""Snapshots read from the log, and checkpoints written from snapshots.
+
+:func:`load_snapshot` folds a table's commits, starting from the newest checkpoint that
+reads cleanly, into the :class:`Snapshot` at a version; :func:`checkpoint_due` says when a
+new version deserves a checkpoint and :func:`write_snapshot_checkpoint` writes one.
+
+Checkpoints are a cache of the fold, the commits are the truth: a damaged or vanished
+checkpoint is skipped (an older one is used, or the log is replayed from version 0), as
+Delta Spark does.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from eventlog.errors import CorruptLogError, TableNotFoundError, VersionNotFoundError
+from eventlog.log.checkpoint import CheckpointState, find_latest_checkpoint, read_checkpoint, write_checkpoint
+from eventlog.log.commitlog import CommitLog
+from eventlog.log.storage import LogStore
+from eventlog.snapshot.projection import Snapshot
+from eventlog.snapshot.protocol import check_readable
+
+__all__ = [
+    "CHECKPOINT_INTERVAL_KEY",
+    "DEFAULT_CHECKPOINT_INTERVAL",
+    "checkpoint_due",
+    "load_snapshot",
+    "write_snapshot_checkpoint",
+]
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_INTERVAL_KEY = "delta.checkpointInterval"
+DEFAULT_CHECKPOINT_INTERVAL = 100
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_snapshot(commitlog: CommitLog, version: int | None) -> Snapshot:
+    """Replay the log (from the newest usable checkpoint) up to ``version``/latest.
+
+    TableNotFoundError when the log holds no commit; VersionNotFoundError when the commits
+    before the first listed one were cleaned up and no checkpoint covers them.
+    """
+    log = commitlog.log
+    names = log.list_log()
+    listed = LogStore.commit_version_bounds(names)
+    if listed:
+        # The listing proves these versions are published: no per-version check needed.
+        commitlog.note_listed(listed[-1])
+    latest = max(listed[-1] if listed else -1, commitlog.latest_version())
+    if latest < 0:
+        raise TableNotFoundError(commitlog.uri)
+    target = latest if version is None else version
+    base, cp = _newest_readable_checkpoint(commitlog.uri, log, target, names)
+    if base is not None and cp is not None:
+        start = cp + 1
+    else:
+        base, start = None, 0
+        if listed and listed[0] != 0:
+            raise VersionNotFoundError(
+                f"{commitlog.uri}: commits before version {listed[0]} were cleaned up and no "
+                "checkpoint covers them",
+                requested=target,
+                earliest=listed[0],
+                latest=latest,
+            )
+    commits = commitlog.commits_between(start, target)
+    snap = Snapshot.from_commits(commitlog.uri, commits) if base is None else base.advance(commits)
+    check_readable(snap.protocol)
+    return snap
+
+
+def _newest_readable_checkpoint(
+    uri: str, log: LogStore, target: int, names: list[str]
+) -> tuple[Snapshot | None, int | None]:
+    """The newest checkpoint at or before ``target`` that reads cleanly, as a snapshot."""
+    bound = target
+    while bound >= 0:
+        cp = find_latest_checkpoint(log.fs, log.log_dir, at_or_before=bound, listing=names)
+        if cp is None:
+            return None, None
+        try:
+            state = read_checkpoint(log.fs, log.log_dir, cp)
+        except (CorruptLogError, FileNotFoundError) as exc:
+            logger.warning("skipping unreadable checkpoint %s of %s: %s", cp, uri, exc)
+            bound = cp - 1
+            continue
+        snap = Snapshot.from_state(
+            uri,
+            cp,
+            state.protocol,
+            state.metadata,
+            state.adds,
+            state.removes,
+            state.txns,
+            state.domains,
+        )
+        return snap, cp
+    return None, None
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def checkpoint_due(snapshot: Snapshot) -> bool:
+    """Whether a checkpoint of ``snapshot`` is due: its version is a positive multiple of the
+    table's ``delta.checkpointInterval`` (default 100; 0 or less never checkpoints)."""
+    interval = int(snapshot.properties.get(CHECKPOINT_INTERVAL_KEY, DEFAULT_CHECKPOINT_INTERVAL))
+    return interval > 0 and snapshot.version > 0 and snapshot.version % interval == 0
+
+
+def write_snapshot_checkpoint(log: LogStore, snapshot: Snapshot, *, tombstone_horizon_ms: int) -> int:
+    """Write a Delta checkpoint of ``snapshot``; returns its version.
+
+    Tombstones deleted before ``tombstone_horizon_ms`` are dropped (they are past the
+    table's deleted-file retention, so VACUUM may delete their files).
+    """
+    live_tombstones = tuple(
+        r for r in snapshot.tombstones.values() if (r.deletion_timestamp or 0) >= tombstone_horizon_ms
+    )
+    state = CheckpointState(
+        version=snapshot.version,
+        protocol=snapshot.protocol,
+        metadata=snapshot.metadata,
+        adds=snapshot.add_files,
+        removes=live_tombstones,
+        txns=tuple(snapshot.txns.values()),
+        domains=tuple(snapshot.domains.values()),
+    )
+    write_checkpoint(log.fs, log.log_dir, state)
+    return snapshot.version

@@ -1,0 +1,86 @@
+"""The table through time: :func:`version_at` finds the version as of a timestamp (Delta's
+``timestampAsOf``, for time travel) and :func:`commit_history` lists what each version did
+(Delta's ``DESCRIBE HISTORY``), both from the commits of the log.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from eventlog.errors import InvalidInputError, VersionNotFoundError
+from eventlog.log.commitlog import CommitLog
+from eventlog.snapshot.projection import Snapshot
+
+__all__ = ["commit_history", "timestamp_ms", "version_at"]
+
+
+def version_at(
+    commitlog: CommitLog, current: Snapshot, ts_ms: int, *, requested: dt.datetime | str | int
+) -> int:
+    """The latest version up to ``current``'s committed at or before ``ts_ms``
+    (:func:`timestamp_ms` of ``requested``, which error messages name).
+
+    Commit times come from ``current`` when it knows them, else from each commit's
+    ``commitInfo.timestamp``, else from the commit file's modification time.
+    """
+    known = dict(current.commit_timestamps)
+    best = -1
+    for version in range(current.version + 1):
+        commit_ts = known.get(version)
+        if commit_ts is None:
+            commit_ts = _commit_timestamp(commitlog, version)
+        if commit_ts is None:
+            continue
+        if commit_ts <= ts_ms:
+            best = version
+        else:
+            break
+    if best < 0:
+        raise VersionNotFoundError(
+            f"{commitlog.uri}: no version was committed at or before {requested!r}",
+            requested=requested,
+            earliest=0,
+            latest=current.version,
+        )
+    return best
+
+
+def _commit_timestamp(commitlog: CommitLog, version: int) -> int | None:
+    commit = commitlog.read_commit(version, required=False)
+    if commit is not None and commit.timestamp is not None:
+        return commit.timestamp
+    return commitlog.log.commit_mtime_ms(version)
+
+
+def timestamp_ms(value: dt.datetime | str | int) -> int:
+    """Milliseconds since the epoch of ``value``: an int as is, ISO 8601 text, or a datetime
+    (naive ones are UTC). InvalidInputError for text that is not ISO 8601."""
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value)
+        except ValueError as exc:
+            raise InvalidInputError(f"cannot parse timestamp {value!r}: use ISO 8601") from exc
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return int(value.timestamp() * 1000)
+
+
+def commit_history(commitlog: CommitLog, latest: int, limit: int | None) -> list[dict[str, Any]]:
+    """``{"version": v, **commitInfo}`` of each version from ``latest`` down, at most ``limit``,
+    stopping where older commits were cleaned up."""
+    out: list[dict[str, Any]] = []
+    version = latest
+    while version >= 0 and (limit is None or len(out) < limit):
+        commit = commitlog.read_commit(version, required=False)
+        if commit is None:
+            break  # older commits were cleaned up
+        info = commit.commit_info
+        entry: dict[str, Any] = {"version": version}
+        if info is not None:
+            entry.update(info.to_json())
+        out.append(entry)
+        version -= 1
+    return out
