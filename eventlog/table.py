@@ -21,7 +21,8 @@ from typing import Any, Self
 import pyarrow as pa
 
 from eventlog.errors import InvalidInputError, TableAlreadyExistsError, VersionNotFoundError
-from eventlog.files.schema import canonical_schema, conform
+from eventlog.files.enforce import conform
+from eventlog.files.schema import canonical_schema
 from eventlog.log.commit import Commit
 from eventlog.log.commitlog import CommitLog, SlotsSpec, acquire_slots
 from eventlog.log.storage import LogStore

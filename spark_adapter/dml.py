@@ -39,8 +39,9 @@ from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, Stru
 from eventlog import expr as ex
 from eventlog.errors import InvalidInputError, PredicateError, UnknownColumnError
 from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE, delete_files, write_data_files
+from eventlog.files.enforce import conform
 from eventlog.files.scan import file_deletes, read_file_positions, read_live_rows
-from eventlog.files.schema import conform, from_spark_schema_json
+from eventlog.files.schema import from_spark_schema_json
 from eventlog.log.actions import AddFile
 from eventlog.log.storage import normalize_uri
 from eventlog.ops.alter import TARGET_FILE_SIZE_KEY

@@ -31,7 +31,8 @@ from pyspark.sql.types import StructType
 from eventlog import expr as ex
 from eventlog.errors import InvalidInputError, TableNotFoundError
 from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE, delete_files, write_data_files
-from eventlog.files.schema import conform, from_spark_schema_json, merge_schema, to_spark_schema_json
+from eventlog.files.enforce import conform, merge_schema
+from eventlog.files.schema import from_spark_schema_json, to_spark_schema_json
 from eventlog.log.actions import AddFile, Metadata
 from eventlog.log.storage import LogStore
 from eventlog.ops.alter import APPEND_ONLY_KEY, TARGET_FILE_SIZE_KEY

@@ -15,7 +15,7 @@ from eventlog.errors import (
     InvalidInputError,
     UnknownColumnError,
 )
-from eventlog.files.schema import conform
+from eventlog.files.enforce import conform
 from eventlog.log.actions import AddFile
 from eventlog.ops.common import check_append_only, write_rows
 from eventlog.ops.rows import matching_files, remove_rows

@@ -33,8 +33,8 @@ import pyarrow.compute as pc
 
 from eventlog import expr as ex
 from eventlog.errors import InvalidInputError, MergeCardinalityError, PredicateError, UnknownColumnError
+from eventlog.files.enforce import conform
 from eventlog.files.scan import FileScan, top_level_columns
-from eventlog.files.schema import conform
 from eventlog.log.actions import AddFile
 from eventlog.ops.common import check_append_only, to_arrow_table, write_rows
 from eventlog.ops.dml import apply_assignments

@@ -14,7 +14,8 @@ from eventlog import expr as ex
 from eventlog.errors import (
     InvalidInputError,
 )
-from eventlog.files.schema import canonical_schema, conform, merge_schema
+from eventlog.files.enforce import conform, merge_schema
+from eventlog.files.schema import canonical_schema
 from eventlog.log.actions import AddFile
 from eventlog.ops.alter import change_schema
 from eventlog.ops.common import check_append_only, to_arrow_table, write_rows

@@ -21,10 +21,10 @@ import pytest
 
 from eventlog.errors import InvalidInputError, UnknownColumnError
 from eventlog.files.datafiles import delete_files, dictionary_columns, write_data_files
+from eventlog.files.enforce import conform
 from eventlog.files.reader import read_data_files
 from eventlog.files.schema import (
     canonical_schema,
-    conform,
     needs_timestamp_ntz,
     stats_table,
     to_spark_schema_json,

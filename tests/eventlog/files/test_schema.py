@@ -17,13 +17,12 @@ import pyarrow as pa
 import pytest
 
 from eventlog.errors import InvalidInputError, SchemaMismatchError
+from eventlog.files.enforce import conform, merge_schema
 from eventlog.files.schema import (
     canonical_schema,
-    conform,
     decode_partition_value,
     encode_partition_value,
     from_spark_schema_json,
-    merge_schema,
     needs_timestamp_ntz,
     partition_values_table,
     stats_table,
