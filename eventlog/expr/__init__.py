@@ -21,7 +21,8 @@ Semantics follow Spark SQL: three-valued logic; ``/`` yields DOUBLE (DECIMAL for
 type while parsing; naive timestamp strings mean UTC.
 
 This module is the public facade; the implementation lives in :mod:`eventlog.expr.nodes`
-(the tree and tree utilities), :mod:`eventlog.expr.parse` (parsing), :mod:`eventlog.expr.render`
+(the tree and tree utilities), :mod:`eventlog.expr.parse` (parsing; literals are typed by
+:mod:`eventlog.expr.literals`), :mod:`eventlog.expr.render`
 (:func:`to_sql`), :mod:`eventlog.expr.evaluate` (evaluation and Arrow filters) and
 :mod:`eventlog.expr.skipping` (data skipping), with shared type helpers in :mod:`eventlog.expr.types`.
 """

@@ -18,8 +18,8 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from eventlog.errors import PredicateError
+from eventlog.expr.literals import _number_literal
 from eventlog.expr.nodes import _COMPARISONS, Call, Column, Expr, Literal, _cast_target
-from eventlog.expr.parse import _number_literal
 from eventlog.expr.types import _BOOL, _F64, _UTC, _type_sql
 
 
