@@ -87,3 +87,19 @@ def test_cycle_finder_finds_a_cycle(tmp_path: Path) -> None:
         assert _cycles("cyclic") == [["cyclic.a", "cyclic.b"]]
     finally:
         sys.path.remove(str(tmp_path))
+
+
+def test_engine_modules_stay_small() -> None:
+    """One concept per module: none of the engine's modules passes 600 lines."""
+    sizes = {p: len(p.read_text().splitlines()) for p in (ROOT / "eventlog").rglob("*.py")}
+    assert {str(p.relative_to(ROOT)): n for p, n in sizes.items() if n > 600} == {}
+
+
+def test_eventlog_imports_without_kazoo_or_pyspark() -> None:
+    code = (
+        "import sys, eventlog, lockstore, streaming, spark_adapter\n"
+        "bad = [m for m in ('kazoo', 'pyspark') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
