@@ -48,16 +48,21 @@ def append(plan: PlanBuilder, data: Any, *, schema_mode: str | None = None) -> P
     return plan.build()
 
 
-def overwrite(
-    plan: PlanBuilder, data: Any, *, replace_where: str | None = None, schema_mode: str | None = None
-) -> Plan:
-    """Replace the table's rows (or the rows matching ``replace_where``) with ``data``."""
+def _begin_overwrite(plan: PlanBuilder, replace_where: str | None) -> None:
+    """Name an overwrite (Delta's WRITE in Overwrite mode) once its SQL text is checked."""
     params: dict[str, Any] = {"mode": "Overwrite", "partitionBy": list(plan.metadata.partition_columns)}
     if replace_where is not None:
         ex.check_sql_text(replace_where, "replace_where")
         params["predicate"] = [replace_where]
     plan.set_operation("WRITE", params)
     check_append_only(plan, "overwrite")
+
+
+def overwrite(
+    plan: PlanBuilder, data: Any, *, replace_where: str | None = None, schema_mode: str | None = None
+) -> Plan:
+    """Replace the table's rows (or the rows matching ``replace_where``) with ``data``."""
+    _begin_overwrite(plan, replace_where)
     table = _prepare_data(plan, data, schema_mode, "overwrite")
     pred = plan.parse_predicate(replace_where, "replace_where") if replace_where is not None else None
     if pred is not None:
@@ -117,12 +122,7 @@ def overwrite_files(
 ) -> Plan:
     """Replace the table's rows (or those matching ``replace_where``) with files already
     written. The writer must have checked that every new row satisfies ``replace_where``."""
-    params: dict[str, Any] = {"mode": "Overwrite", "partitionBy": list(plan.metadata.partition_columns)}
-    if replace_where is not None:
-        ex.check_sql_text(replace_where, "replace_where")
-        params["predicate"] = [replace_where]
-    plan.set_operation("WRITE", params)
-    check_append_only(plan, "overwrite")
+    _begin_overwrite(plan, replace_where)
     _evolve_schema(plan, schema)
     pred = plan.parse_predicate(replace_where, "replace_where") if replace_where is not None else None
     files = plan.scan(pred)
