@@ -1,8 +1,11 @@
-"""A published commit: one version of the log and its actions, in file order."""
+"""A published commit: one version of the log and its actions, in file order, and what its
+commitInfo says about the transactions it carries (one, or a group commit's members)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from eventlog.log.actions import (
     Action,
@@ -15,7 +18,9 @@ from eventlog.log.actions import (
     SetTransaction,
 )
 
-__all__ = ["Commit"]
+__all__ = ["GROUP_FIELD", "Commit", "member_txn_ids"]
+
+GROUP_FIELD = "eventlog.groupCommit"  # commitInfo field: a group commit's members' own commit infos
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,3 +71,16 @@ class Commit:
     @property
     def domains(self) -> list[DomainMetadata]:
         return [a for a in self.actions if isinstance(a, DomainMetadata)]
+
+
+def member_txn_ids(info: CommitInfo | Mapping[str, Any] | None) -> list[str]:
+    """The transactions a commit carries: its group's members, or its own id."""
+    if info is None:
+        return []
+    if isinstance(info, CommitInfo):
+        group, own = info.extra.get(GROUP_FIELD), info.txn_id
+    else:
+        group, own = info.get(GROUP_FIELD), info.get("txnId")
+    if group:
+        return [str(entry["txnId"]) for entry in group]
+    return [own] if own else []

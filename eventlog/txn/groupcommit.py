@@ -69,14 +69,13 @@ from eventlog.log.actions import (
     decode_commit,
     encode_commit,
 )
-from eventlog.log.commit import Commit
+from eventlog.log.commit import GROUP_FIELD, Commit, member_txn_ids
 from eventlog.txn.attempt import CommitAttempt, CommitResult
 from eventlog.txn.conflicts import TransactionSummary, WinningCommit
 from lockstore import SlotClaim, SlotStoreUnavailableError, default_owner
 
 log = logging.getLogger("eventlog.commit")
 
-GROUP_FIELD = "eventlog.groupCommit"  # commitInfo field: the members' own commit infos
 QUEUE_PREFIX = "q-"  # staged-file names of queued appends
 MAX_MEMBERS = 64
 MAX_LAG = 100  # versions a member may be behind the group's version and still join
@@ -192,19 +191,6 @@ def combine(members: Sequence[Member], *, txn_id: str, timestamp: int, read_vers
         extra={GROUP_FIELD: [_member_entry(i) for i in infos]},
     )
     return [info, *(a for m in members for a in m.actions)]
-
-
-def member_txn_ids(info: CommitInfo | Mapping[str, Any] | None) -> list[str]:
-    """The transactions a commit carries: its group's members, or its own id."""
-    if info is None:
-        return []
-    if isinstance(info, CommitInfo):
-        group, own = info.extra.get(GROUP_FIELD), info.txn_id
-    else:
-        group, own = info.get(GROUP_FIELD), info.get("txnId")
-    if group:
-        return [str(entry["txnId"]) for entry in group]
-    return [own] if own else []
 
 
 def _member_entry(info: CommitInfo) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 
 from eventlog import Table
-from eventlog.txn.groupcommit import GROUP_FIELD, member_txn_ids
+from eventlog.log.commit import GROUP_FIELD, member_txn_ids
 from tests.support.spark import write_from_four_threads
 
 pytestmark = pytest.mark.spark

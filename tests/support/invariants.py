@@ -25,9 +25,10 @@ import pyarrow as pa
 import pytest
 
 from eventlog import CommitResult, DeltaConcurrentModificationException, Table, Transaction
+from eventlog.log.commit import member_txn_ids
 from eventlog.log.commitlog import SlotsSpec
 from eventlog.log.storage import LogStore
-from eventlog.txn.groupcommit import QueuedName, member_txn_ids
+from eventlog.txn.groupcommit import QueuedName
 
 SCHEMA = pa.schema([("id", pa.int64()), ("worker", pa.int64()), ("batch", pa.int64())])
 

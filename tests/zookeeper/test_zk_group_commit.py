@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 
 from eventlog import CommitResult, Table
+from eventlog.log.commit import GROUP_FIELD, member_txn_ids
 from eventlog.log.storage import LogStore
 from eventlog.txn import groupcommit
-from eventlog.txn.groupcommit import GROUP_FIELD, QueuedName, member_txn_ids
+from eventlog.txn.groupcommit import QueuedName
 from lockstore import SlotClaim
 from lockstore.zookeeper import ZooKeeperSlotStore
 from tests.conftest import SCHEMA as ROWS_SCHEMA

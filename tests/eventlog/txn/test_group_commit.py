@@ -40,19 +40,17 @@ from eventlog.log.actions import (
     UnknownAction,
     encode_commit,
 )
-from eventlog.log.commit import Commit
+from eventlog.log.commit import GROUP_FIELD, Commit, member_txn_ids
 from eventlog.log.commitlog import SlotsSpec
 from eventlog.log.storage import LogStore
 from eventlog.snapshot.isolation import IsolationLevel
 from eventlog.txn.conflicts import ReadSet, TransactionSummary, WinningCommit
 from eventlog.txn.groupcommit import (
-    GROUP_FIELD,
     Member,
     QueuedName,
     combine,
     groupable,
     member_blocked,
-    member_txn_ids,
     parse_member,
 )
 from eventlog.txn.retry import RetryPolicy
