@@ -22,6 +22,7 @@ from eventlog.errors import (
     MetadataChangedException,
     PredicateError,
     ProtocolChangedException,
+    ReplayMismatchError,
     SchemaMismatchError,
     SlotStoreError,
     TableAlreadyExistsError,
@@ -31,6 +32,7 @@ from eventlog.errors import (
 from eventlog.ops.transaction import Transaction
 from eventlog.snapshot import Snapshot
 from eventlog.snapshot.isolation import IsolationLevel
+from eventlog.snapshot.replay import Replay, TableDiff, VersionChange
 from eventlog.table import Table, write_table
 from eventlog.txn.retry import RetryPolicy
 from eventlog.txn.transaction import CommitResult
@@ -53,14 +55,18 @@ __all__ = [
     "MetadataChangedException",
     "PredicateError",
     "ProtocolChangedException",
+    "ReplayMismatchError",
     "RetryPolicy",
     "SchemaMismatchError",
     "SlotStoreError",
     "Snapshot",
+    "Replay",
     "Table",
+    "TableDiff",
     "TableAlreadyExistsError",
     "TableNotFoundError",
     "Transaction",
     "UnknownColumnError",
+    "VersionChange",
     "write_table",
 ]

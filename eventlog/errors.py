@@ -61,6 +61,7 @@ class EventlogError(Exception):
     argument: str
     reason: str
     position: int | None
+    differences: list[str]
 
     def __init__(self, message: str, **fields: Any) -> None:
         super().__init__(message)
@@ -109,6 +110,15 @@ class CorruptLogError(EventlogError):
 
     def __init__(self, message: str, *, uri: str, version: int | None, line: int | None = None) -> None:
         super().__init__(message, uri=uri, version=version, line=line)
+
+
+class ReplayMismatchError(CorruptLogError):
+    """Replaying the events does not give the table's snapshot at a version: a checkpoint
+    (or the log) does not agree with the commits it stands for. Fields: ``uri``,
+    ``version`` (the first version that differs), ``differences`` (what differs)."""
+
+    def __init__(self, message: str, *, uri: str, version: int, differences: list[str]) -> None:
+        EventlogError.__init__(self, message, uri=uri, version=version, line=None, differences=differences)
 
 
 class VersionNotFoundError(EventlogError):

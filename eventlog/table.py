@@ -41,6 +41,8 @@ from eventlog.snapshot.loader import checkpoint_due, load_snapshot, write_snapsh
 from eventlog.snapshot.new_table import check_partition_by, new_table_metadata
 from eventlog.snapshot.protocol import protocol_for
 from eventlog.snapshot.read import read_snapshot_rows
+from eventlog.snapshot.replay import Replay, TableDiff, replay
+from eventlog.snapshot.replay import diff as diff_snapshots
 from eventlog.snapshot.timeline import commit_history, timestamp_ms, version_at
 from eventlog.txn.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from eventlog.txn.transaction import CommitResult
@@ -449,6 +451,21 @@ class Table:
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
         """commitInfo of each version, newest first (Delta's DESCRIBE HISTORY)."""
         return commit_history(self.commitlog, self.refresh().version, limit)
+
+    # ------------------------------------------------------------------ audits
+
+    def replay(self, to_version: int | None = None) -> Replay:
+        """Rebuild the table from its events, version by version (see
+        :mod:`eventlog.snapshot.replay`): iterate it for one :class:`VersionChange` per
+        version; ReplayMismatchError if the fold and the table's snapshot ever differ."""
+        self.refresh()
+        return replay(self.commitlog, to_version)
+
+    def diff(self, from_version: int, to_version: int | None = None, *, rows: bool = False) -> TableDiff:
+        """Files (and with ``rows=True`` the rows) added and removed between two versions."""
+        old = self.snapshot(from_version)
+        new = self.snapshot(to_version)
+        return diff_snapshots(self.log.fs, self.log.root, old, new, rows=rows)
 
     def __repr__(self) -> str:
         snap = self._snapshot
