@@ -3,3 +3,30 @@
 Not implemented yet (the Structured Streaming issue). The package exists so the
 dependency contracts (``streaming`` imports ``eventlog`` only) are enforced from day one.
 """
+
+from streaming.errors import (
+    ChangeCommitError,
+    DataLossError,
+    InvalidOffsetError,
+    SourceMetadataChangedError,
+    StreamingError,
+    recover,
+)
+from streaming.offsets import SourceOffset
+from streaming.source import Admission, ChangeSource, SourceFile, SourceOptions
+from streaming.supervise import supervise
+
+__all__ = [
+    "Admission",
+    "ChangeCommitError",
+    "ChangeSource",
+    "DataLossError",
+    "InvalidOffsetError",
+    "SourceFile",
+    "SourceMetadataChangedError",
+    "SourceOffset",
+    "SourceOptions",
+    "StreamingError",
+    "recover",
+    "supervise",
+]
