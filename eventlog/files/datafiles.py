@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
 HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 _MAX_ROW_GROUP_BYTES = 64 * 1024 * 1024
+_NAME_PREFIX = re.compile(r"[A-Za-z0-9_.-]{1,200}")
 _MAX_ROW_GROUP_ROWS = 1024 * 1024
 _GROUP_SLICE_ROWS = 1024 * 1024
 
@@ -83,12 +85,16 @@ def write_data_files(
     data_change: bool = True,
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
     max_rows_per_file: int | None = None,
+    name_prefix: str | None = None,
 ) -> list[AddFile]:
     """Write ``data`` (already conformed, partition columns included) as Parquet files.
 
     Rows are grouped by partition values; a file is closed once it reaches
     ``target_file_size`` bytes (checked after each row group) or ``max_rows_per_file`` rows.
     Returns one :class:`AddFile` per file. On failure the files written so far are deleted.
+    ``name_prefix`` (letters, digits, ``-``, ``_``, ``.``) names the files
+    ``part-<prefix>-<5 digits>-<uuid>...`` so that a writer (a streaming batch) can
+    recognise its own files later.
     """
     pcols = list(partition_columns)
     for c in pcols:
@@ -107,6 +113,10 @@ def write_data_files(
         raise InvalidInputError(f"max_rows_per_file must be positive, got {max_rows_per_file}")
     if target_file_size < 1:
         raise InvalidInputError(f"target_file_size must be positive, got {target_file_size}")
+    if name_prefix is not None and not _NAME_PREFIX.fullmatch(name_prefix):
+        raise InvalidInputError(
+            f"name_prefix must be 1-200 letters, digits, '-', '_' or '.', got {name_prefix!r}"
+        )
     if data.num_rows == 0:
         return []
 
@@ -120,6 +130,7 @@ def write_data_files(
     if max_rows_per_file is not None:
         rows_per_group = min(rows_per_group, max_rows_per_file)
     writer = _Writer(fs, root.rstrip("/"), file_data, data_change, target_file_size, max_rows_per_file)
+    writer.name_prefix = f"{name_prefix}-" if name_prefix else ""
     try:
         if not pcols:
             writer.write_group({}, "", None, rows_per_group)
@@ -199,6 +210,7 @@ class _Writer:
         self.started: list[str] = []  # add.path of every file opened, for cleanup on failure
         self.made_dirs: set[str] = set()
         self.dictionary: list[str] | bool | None = None  # decided on the first file
+        self.name_prefix = ""  # "<prefix>-" of every file name, or ""
 
     def _open_sink(self, path: str) -> Any:
         """A writable file: pyarrow's native file on local disks (no Python-level write
@@ -217,7 +229,7 @@ class _Writer:
             self.made_dirs.add(directory)
         pos = 0
         while pos < total:
-            name = f"part-{len(self.started):05d}-{uuid.uuid4()}.c000.snappy.parquet"
+            name = f"part-{self.name_prefix}{len(self.started):05d}-{uuid.uuid4()}.c000.snappy.parquet"
             rel = f"{pdir}/{name}" if pdir else name
             self.started.append(quote(rel, safe="/="))
             stats = StatsAccumulator(self.schema)
