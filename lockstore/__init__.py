@@ -4,6 +4,9 @@ See :mod:`lockstore.base` for the port and its guarantees.
 """
 
 from lockstore.base import (
+    Lease,
+    LeaseHeldError,
+    LeaseOwner,
     LockstoreError,
     SlotClaim,
     SlotNotClaimedError,
@@ -12,6 +15,7 @@ from lockstore.base import (
     SlotStoreUnavailableError,
     TableBindingError,
     default_owner,
+    lease_owner_here,
 )
 from lockstore.localfs import LocalFileSlotStore
 from lockstore.memory import InMemorySlotStore
@@ -25,6 +29,10 @@ __all__ = [
     "SlotNotClaimedError",
     "TableBindingError",
     "default_owner",
+    "Lease",
+    "LeaseOwner",
+    "LeaseHeldError",
+    "lease_owner_here",
     "InMemorySlotStore",
     "LocalFileSlotStore",
 ]

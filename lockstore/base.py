@@ -44,8 +44,36 @@ Waiting for the next version: :meth:`SlotStore.await_latest` blocks until ``late
 moves (group commit's followers wait on it). The default polls; the ZooKeeper adapter
 sets a watch and the in-memory adapter waits on a condition.
 
-Closing: :meth:`SlotStore.close` releases a store's connection; it is idempotent and safe
-from any thread. A store holding a connection (ZooKeeper) reports ``closed`` and refuses
+Leases (:meth:`SlotStore.acquire_lease`): a named, exclusive, *liveness-bound* lock, used
+to keep two running streaming queries that share one checkpoint location from both
+writing. At most one live owner holds a lease name at a time; the holder's record
+(:class:`LeaseOwner`: host, pid, free-form info such as the query and run ids) is readable
+by everyone (:meth:`SlotStore.lease_owner`) and is carried by the :class:`LeaseHeldError`
+that a second acquirer gets. A lease ends when its :class:`Lease` is released, when the
+store that granted it is closed, when the handle is garbage collected unreleased, or when
+its owner dies: the process (in-memory and local-file adapters, including SIGKILL: the OS
+drops the lock) or the ZooKeeper session (it expires ``timeout`` seconds after the process
+died or lost its connection). A dead owner's lease is taken over by the next acquirer.
+
+Honest non-guarantees of leases:
+
+* ``Lease.held`` is a local observation, not a fence: a ZooKeeper owner cut off from the
+  ensemble learns that its session expired only when it reconnects, and another owner
+  may hold the lease by then (``held`` is False while the connection is suspended, but a
+  check followed by a write can always race with an expiry). Writers keep a commit-time
+  check (the streaming sink's txn version) as the backstop.
+* Local-file leases are per machine: they rely on ``flock(2)`` of a local filesystem.
+  Across machines (NFS, SMB, FUSE mounts) flock may be emulated, per-client, or missing;
+  use the ZooKeeper adapter there. In-memory leases are per process.
+* A ZooKeeper lease whose owner was SIGKILLed stays held until the server expires the
+  owner's session (its timeout); nothing guesses from pids across machines.
+* Leases are owned by the process that acquired them: a forked child neither holds nor
+  can release its parent's leases (its ``Lease.held`` is False and ``release`` does
+  nothing), and the local-file adapter closes the inherited lock descriptors in the child,
+  so a child outliving its parent does not keep the lease alive.
+
+Closing: :meth:`SlotStore.close` releases a store's connection and its leases; it is
+idempotent and safe from any thread. A store holding a connection (ZooKeeper) reports ``closed`` and refuses
 every later call with :class:`SlotStoreClosedError`; the others hold none and stay usable.
 :mod:`lockstore.registry` shares one store per spec and closes it when its last user gives
 it back or when it is garbage collected.
@@ -53,13 +81,20 @@ it back or when it is garbage collected.
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
+import re
 import socket
+import threading
 import time
+import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Self
+
+log = logging.getLogger("lockstore")
 
 
 class LockstoreError(Exception):
@@ -151,6 +186,202 @@ class SlotRecord:
         return max(0.0, time.time() - self.claimed_at)
 
 
+# ------------------------------------------------------------------------------ leases
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class LeaseOwner:
+    """Who holds a lease: the process (``host``, ``pid``) plus free-form ``info`` (for a
+    streaming query: ``{"queryId": ..., "runId": ...}``) and when it was acquired
+    (epoch milliseconds; 0 in an owner not yet granted: the store stamps the time)."""
+
+    host: str
+    pid: int
+    info: Mapping[str, str] = field(default_factory=dict, hash=False)
+    acquired_ms: int = 0
+
+    def __post_init__(self) -> None:
+        # A private plain copy: the caller's mapping may change later; the record must not.
+        object.__setattr__(self, "info", {str(k): str(v) for k, v in dict(self.info).items()})
+
+    def describe(self) -> str:
+        """``"queryId=... runId=... host=h pid=123"``: the owner, for error messages."""
+        parts = [f"{key}={value}" for key, value in self.info.items()]
+        parts += [f"host={self.host}", f"pid={self.pid}"]
+        return " ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "pid": self.pid, "info": dict(self.info), "acquired_ms": self.acquired_ms}
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> LeaseOwner:
+        info = d.get("info") or {}
+        return LeaseOwner(
+            host=str(d.get("host", "")),
+            pid=int(d.get("pid") or 0),
+            info={str(k): str(v) for k, v in dict(info).items()},
+            acquired_ms=int(d.get("acquired_ms") or 0),
+        )
+
+    def stamped(self) -> LeaseOwner:
+        """This owner with ``acquired_ms`` set to now if it was 0 (adapters call it on grant)."""
+        return self if self.acquired_ms else replace(self, acquired_ms=_now_ms())
+
+
+def lease_owner_here(**info: str) -> LeaseOwner:
+    """An owner naming this host and process, acquired now, with ``info`` (e.g. queryId=...)."""
+    return LeaseOwner(socket.gethostname(), os.getpid(), dict(info), _now_ms())
+
+
+UNKNOWN_LEASE_OWNER = LeaseOwner("unknown", 0)
+
+
+class LeaseHeldError(LockstoreError):
+    """A live owner holds the lease ``name``; ``owner`` says who (host, pid, info)."""
+
+    def __init__(self, name: str, owner: LeaseOwner) -> None:
+        since = ""
+        if owner.acquired_ms:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(owner.acquired_ms / 1000))
+            since = f" since {stamp}"
+        super().__init__(f"lease {name!r} is held by a live owner: {owner.describe()}{since}")
+        self.name = name
+        self.owner = owner
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.name, self.owner))
+
+
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def lease_node_name(name: str) -> str:
+    """The file or znode name of lease ``name``: a readable prefix plus a hash that keeps
+    distinct names apart (``s3://b/c`` and ``s3:/b/c`` sanitise alike). Safe as a file
+    name and as a znode name; the original name is kept in the owner record."""
+    digest = hashlib.sha1(name.encode("utf-8", "surrogatepass"), usedforsecurity=False).hexdigest()[:20]
+    safe = _UNSAFE_NAME.sub("_", name).strip("._-")[:64]
+    return f"{safe}-{digest}" if safe else digest
+
+
+class _LeaseState:
+    """A lease's release state, apart from the :class:`Lease` handle so that a finalizer can
+    release a collected handle (it must not refer to the handle)."""
+
+    def __init__(self, name: str, release: Callable[[bool], None], alive: Callable[[], bool]) -> None:
+        self.name = name
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        self.releasing = False
+        self.released = False
+        self._release: Callable[[bool], None] | None = release
+        self._alive: Callable[[], bool] | None = alive
+
+    def held(self) -> bool:
+        alive = self._alive
+        return not self.releasing and os.getpid() == self.pid and alive is not None and alive()
+
+    def release(self, blocking: bool = True) -> None:
+        if os.getpid() != self.pid:
+            return  # a forked child: the lease is its parent's
+        with self.lock:
+            if self.released:
+                return
+            self.releasing = True
+            release = self._release
+            if release is not None:
+                release(blocking)  # may raise (outcome unknown): a later call retries
+            self.released = True
+            self._release = self._alive = None  # drop references to the store's resources
+
+    def collected(self) -> None:
+        """The handle was garbage collected unreleased: release without blocking, never raise."""
+        try:
+            self.release(blocking=False)
+        except Exception as exc:
+            log.warning("releasing the collected lease %r failed: %s", self.name, exc)
+
+
+class Lease:
+    """A held lease, from :meth:`SlotStore.acquire_lease`.
+
+    ``name`` is the lease's name, ``owner`` the record stored for it (with ``acquired_ms``
+    stamped). The lease lasts until :meth:`release` (idempotent; also on leaving a ``with``
+    block), the store's ``close``, the garbage collection of this handle, or the end of its
+    owner (process, or ZooKeeper session). :attr:`held` says whether it still holds, as far
+    as this process can tell (see "Honest non-guarantees of leases" in :mod:`lockstore.base`).
+
+    Adapters make handles with a ``release(blocking)`` callable (called at most once with
+    success; ``blocking=False`` from a finalizer) and an ``alive()`` callable; neither may
+    refer to the handle.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        owner: LeaseOwner,
+        *,
+        release: Callable[[bool], None],
+        alive: Callable[[], bool] | None = None,
+    ) -> None:
+        self.name = name
+        self.owner = owner
+        self._state = _LeaseState(name, release, alive or (lambda: True))
+        finalizer = weakref.finalize(self, self._state.collected)
+        finalizer.atexit = False  # at exit the process (or the store's session) ends anyway
+
+    def release(self) -> None:
+        """Give the lease up. Idempotent and thread-safe; a no-op in a forked child. Raises
+        :class:`SlotStoreUnavailableError` if the store could not be reached (the lease is no
+        longer :attr:`held`; call again to retry, or let the owner's end release it)."""
+        self._state.release(True)
+
+    @property
+    def held(self) -> bool:
+        """False once released or lost (process forked, store closed, ZooKeeper session
+        expired or suspended); True while this process still holds the lease."""
+        return self._state.held()
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        state = "held" if self.held else "not held"
+        return f"Lease({self.name!r}, {self.owner.describe()}, {state})"
+
+
+class LeaseSet:
+    """The leases a store granted and has not seen released, held weakly, so that the
+    store's ``close`` can release them (a collected handle released itself already)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._leases: weakref.WeakSet[Lease] = weakref.WeakSet()
+
+    def add(self, lease: Lease) -> Lease:
+        with self._lock:
+            self._leases.add(lease)
+        return lease
+
+    def release_all(self) -> None:
+        """Release every lease still tracked (outside the lock: releasing takes others)."""
+        with self._lock:
+            leases = list(self._leases)
+            self._leases.clear()
+        for lease in leases:
+            try:
+                lease.release()
+            except Exception as exc:
+                log.warning("releasing lease %r at close failed: %s", lease.name, exc)
+
+
 class SlotStore(ABC):
     """Grants version slots of tables; see the module docstring for the guarantees.
 
@@ -220,19 +451,34 @@ class SlotStore(ABC):
         """
         return None
 
+    @abstractmethod
+    def acquire_lease(self, name: str, owner: LeaseOwner) -> Lease:
+        """Take the lease ``name`` for ``owner``, or raise :class:`LeaseHeldError` naming the
+        live owner that holds it. A dead owner's lease is taken over.
+
+        ``name`` is any string (a checkpoint location URI); ``owner`` is recorded with
+        ``acquired_ms`` stamped if it was 0 (see :meth:`LeaseOwner.stamped`). A second
+        acquire of a held name fails even from the same process and the same store.
+        """
+
+    @abstractmethod
+    def lease_owner(self, name: str) -> LeaseOwner | None:
+        """The live holder of lease ``name``, or None when nobody (alive) holds it."""
+
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` released this store's connection (False for stores without one)."""
         return False
 
     def close(self) -> None:  # noqa: B027 - optional hook, default no-op
-        """Release connections and resources. Idempotent, and safe to call from any thread.
+        """Release connections, resources and the leases acquired through this store.
+        Idempotent, and safe to call from any thread.
 
         A store that holds a connection (ZooKeeper) raises :class:`SlotStoreClosedError`
         from every call after it; stores without one (in-memory, local file) keep working.
         """
 
-    def __enter__(self) -> SlotStore:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -3,16 +3,33 @@
 Safe across threads of one process (every operation runs under one lock); it shares
 nothing with other processes. It enforces the same rules as the file and ZooKeeper
 adapters, so code tested against it behaves the same against them.
+
+Leases are entries of a dict under the store's lock: a lease is alive until its handle
+is released (or collected) or the store is closed. They exclude holders within this
+process only. A forked child inherits a copy of the dict; entries recorded by another
+process (the parent) count as dead there and are taken over.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from lockstore.base import SlotClaim, SlotNotClaimedError, SlotRecord, SlotStore, TableBindingError
+from lockstore.base import (
+    Lease,
+    LeaseHeldError,
+    LeaseOwner,
+    LeaseSet,
+    SlotClaim,
+    SlotNotClaimedError,
+    SlotRecord,
+    SlotStore,
+    TableBindingError,
+)
 
 
 @dataclass(slots=True)
@@ -22,13 +39,50 @@ class _Slot:
     complete: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class _Holder:
+    token: str
+    pid: int  # the process that acquired it: another pid here means a forked copy
+    owner: LeaseOwner
+
+
+class _MemoryLeases:
+    """The lease table of one store; the handles' release callables refer to it, never to
+    the store (a collected store must not be kept alive by its leases' finalizers)."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self.lock = lock
+        self.holders: dict[str, _Holder] = {}
+
+    def live(self, name: str) -> _Holder | None:
+        """The live holder of ``name`` (lock held)."""
+        holder = self.holders.get(name)
+        if holder is not None and holder.pid != os.getpid():
+            del self.holders[name]  # inherited through fork: its handle is the parent's
+            return None
+        return holder
+
+    def release(self, name: str, token: str) -> None:
+        with self.lock:
+            holder = self.holders.get(name)
+            if holder is not None and holder.token == token:
+                del self.holders[name]
+
+    def alive(self, name: str, token: str) -> bool:
+        with self.lock:
+            holder = self.holders.get(name)
+            return holder is not None and holder.token == token
+
+
 class InMemorySlotStore(SlotStore):
     """Version slots held in a dict, guarded by one :class:`threading.Lock`.
 
     Guarantees (within one process): exclusive grant, durable record for the lifetime of
-    the store, monotone ``latest``, idempotent ``mark_complete``, persistent ``bind``.
-    ``close`` is a no-op, so closing one table never drops the slots of others that share
-    the store (notably :meth:`shared`).
+    the store, monotone ``latest``, idempotent ``mark_complete``, persistent ``bind``,
+    exclusive leases. ``close`` keeps the slots, so closing one table never drops the
+    slots of others that share the store; it releases the store's leases, except on the
+    process-wide :meth:`shared` store, which every ``memory://`` table closes when it is
+    done with it: its leases end only by ``release`` (or when their handles are collected).
     """
 
     _shared: ClassVar[InMemorySlotStore | None] = None
@@ -40,6 +94,8 @@ class InMemorySlotStore(SlotStore):
         self._slots: dict[str, dict[int, _Slot]] = {}
         self._latest: dict[str, int] = {}
         self._bindings: dict[str, str] = {}
+        self._lease_table = _MemoryLeases(self._lock)
+        self._leases = LeaseSet()
 
     @classmethod
     def shared(cls) -> InMemorySlotStore:
@@ -106,5 +162,32 @@ class InMemorySlotStore(SlotStore):
         if bound != table_id:
             raise TableBindingError(table, bound, table_id)
 
+    def acquire_lease(self, name: str, owner: LeaseOwner) -> Lease:
+        """An entry in the store's lease dict; :class:`LeaseHeldError` if a live one exists."""
+        stamped = owner.stamped()
+        token = secrets.token_hex(8)
+        table = self._lease_table
+        with self._lock:
+            holder = table.live(name)
+            if holder is not None:
+                raise LeaseHeldError(name, holder.owner)
+            table.holders[name] = _Holder(token, os.getpid(), stamped)
+
+        def release(_blocking: bool) -> None:
+            table.release(name, token)
+
+        def alive() -> bool:
+            return table.alive(name, token)
+
+        return self._leases.add(Lease(name, stamped, release=release, alive=alive))
+
+    def lease_owner(self, name: str) -> LeaseOwner | None:
+        with self._lock:
+            holder = self._lease_table.live(name)
+        return holder.owner if holder is not None else None
+
     def close(self) -> None:
-        """No-op: the slots live as long as the object (the shared store is never emptied)."""
+        """Release this store's leases (not on :meth:`shared`); the slots stay: they live as
+        long as the object (the shared store is never emptied)."""
+        if self is not type(self)._shared:
+            self._leases.release_all()

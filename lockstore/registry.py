@@ -12,6 +12,12 @@ uses it. :func:`open_slot_store` counts a use; :func:`release_slot_store` gives 
 and the last one closes the store (tables do this on ``close()`` and when collected). The
 registry holds stores weakly: a store that nobody references any more is garbage
 collected, and collection closes its connection, whether or not its uses were given back.
+
+Leases: closing a store releases the leases acquired through it (for ZooKeeper, its
+session ends and the server deletes their znodes). A lease taken through a shared store
+therefore lasts only while the store is open: whoever holds a lease should hold a use of
+the store too (:func:`open_slot_store`) and give it back after releasing the lease. (The
+process-wide ``memory://`` store is never really closed: its leases end by ``release``.)
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ Layout under the store's chroot (default ``/eventlog``)::
         /slots/<20-digit N>              {"claim": {...}, "claimed_at": ..., "session": ..., "complete": bool}
     /ids/<table id>                      {"key": ...}   one table under one key only
     /sessions/<session id hex>           ephemeral: {"host", "pid", "app_id"} while a writer lives
+    /leases/<sanitised name>-<sha1[:20]> ephemeral: {"name", "host", "pid", "info", "acquired_ms", "token"}
 
 Claiming version N is one atomic multi-op: ``create(slots/N)`` (put-if-absent) plus
 ``set_data(latest, N, version=v)`` where ``v`` is the counter's znode version the caller's
@@ -45,6 +46,18 @@ SUSPENDED, calls wait (bounded by ``timeout``) for it to come back instead of se
 after LOST, kazoo opens a new session and the store re-registers its session node. No call
 waits longer than ``timeout`` seconds.
 
+Leases (:meth:`ZooKeeperSlotStore.acquire_lease`): an ephemeral znode created with the
+store's session, holding the owner's record. It exists exactly as long as the lease is
+held: ``release`` deletes it, and the server deletes it when the session ends (the store
+closes, or the owner died or lost its connection and the session timed out, ``timeout``
+seconds after the server last heard from it). Creating it is the put-if-absent; an
+existing node names the live owner (:class:`~lockstore.base.LeaseHeldError`). A retried
+create that finds its own first attempt (same token) is the lease. ``Lease.held`` is a
+local view: True while the session that created the node is connected, False while it is
+suspended and for good once it is lost or the store closed; a lease lost with its session
+is not taken again automatically. An owner cut off from the ensemble learns of the expiry
+only when it reconnects: ``held`` is not a fence (see :mod:`lockstore.base`).
+
 Closing: :meth:`ZooKeeperSlotStore.close` (idempotent, from any thread) sends the pending
 completion marks, then stops the kazoo client and its threads; afterwards every call raises
 :class:`~lockstore.base.SlotStoreClosedError`. A store that is garbage collected unclosed is
@@ -66,10 +79,11 @@ import hashlib
 import json
 import logging
 import os
+import secrets
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -90,6 +104,9 @@ from kazoo.retry import KazooRetry
 from kazoo.security import ACL, make_acl, make_digest_acl
 
 from lockstore.base import (
+    Lease,
+    LeaseHeldError,
+    LeaseOwner,
     LockstoreError,
     SlotClaim,
     SlotNotClaimedError,
@@ -99,6 +116,7 @@ from lockstore.base import (
     SlotStoreUnavailableError,
     TableBindingError,
     default_owner,
+    lease_node_name,
 )
 
 log = logging.getLogger("lockstore.zookeeper")
@@ -705,10 +723,79 @@ class ZooKeeperSlotStore(SlotStore):
             body = json.loads(self._call("get", f"{self.chroot}/tables/{name}")[0] or b"{}")
             yield body.get("key", name), body.get("table_id")
 
+    # ------------------------------------------------------------------ leases
+
+    def _lease_path(self, name: str) -> str:
+        return f"{self.chroot}/leases/{lease_node_name(name)}"
+
+    def acquire_lease(self, name: str, owner: LeaseOwner) -> Lease:
+        """Create the lease's ephemeral znode (see the module docstring); raise
+        :class:`LeaseHeldError` naming the owner recorded in an existing one."""
+        stamped = owner.stamped()
+        token = secrets.token_hex(16)
+        path = self._lease_path(name)
+        payload = json.dumps(dict(stamped.to_dict(), name=name, token=token)).encode()
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                # _call retries a lost connection; a retry may find its own first attempt.
+                _, stat = self._call(
+                    "create", path, payload, acl=self._acl, ephemeral=True, makepath=True, include_data=True
+                )
+                break
+            except NodeExistsError:
+                pass
+            try:
+                data, stat = self._call("get", path)
+            except NoNodeError:  # released (or expired) meanwhile: try again
+                if time.monotonic() > deadline:
+                    raise SlotStoreUnavailableError(
+                        f"lease {name!r}: its znode kept appearing and vanishing for {self.timeout}s"
+                    ) from None
+                continue
+            record = _lease_record(data)
+            if record.get("token") == token:
+                break  # our own create, applied before its connection was lost
+            raise LeaseHeldError(name, LeaseOwner.from_dict(record))
+        session: int = stat.ephemeralOwner
+        conn = self._conn
+        current = _session_id(conn.client)
+        if current is not None and current != session:
+            # Created by a session that has expired since (the node went with it). While the
+            # client is merely disconnected (None) the lease is returned: ``held`` tells.
+            raise SlotStoreUnavailableError(
+                f"lease {name!r}: the ZooKeeper session that created it ended at once; try again"
+            )
+        alive = _lease_alive(conn, session)
+
+        def release(blocking: bool) -> None:
+            if conn.closed or os.getpid() != conn.pid or _session_id(conn.client) != session:
+                return  # the session ended, and the server deleted the node with it
+            if not blocking:  # from a finalizer: never wait (it may run on kazoo's thread)
+                conn.client.delete_async(path).rawlink(_log_async_failure)
+                return
+            try:
+                node = self._call("exists", path)
+                if node is not None and node.ephemeralOwner == session:
+                    self._call("delete", path, version=node.version)
+            except (NoNodeError, BadVersionError, SlotStoreClosedError):
+                pass  # gone already, or the store closed (which ended the session)
+
+        return Lease(name, stamped, release=release, alive=alive)
+
+    def lease_owner(self, name: str) -> LeaseOwner | None:
+        """The owner recorded in the lease's znode; it exists only while its session lives."""
+        try:
+            data, _ = self._call("get", self._lease_path(name))
+        except NoNodeError:
+            return None
+        return LeaseOwner.from_dict(_lease_record(data))
+
     def close(self) -> None:
         """Send the pending completion marks (bounded), then stop the client and its
         threads. Idempotent and safe from any thread, kazoo's own included; later calls
-        raise :class:`SlotStoreClosedError`. Closing a store shared through
+        raise :class:`SlotStoreClosedError`. Closing ends the session, so the server
+        deletes this store's lease znodes: its leases end. Closing a store shared through
         :func:`lockstore.registry.open_slot_store` closes it for every user; tables give
         their use back with :func:`lockstore.registry.release_slot_store` instead."""
         self._finalizer()
@@ -745,6 +832,35 @@ def _waker(event: threading.Event) -> Any:
         event.set()
 
     return wake
+
+
+def _session_id(client: KazooClient) -> int | None:
+    cid = client.client_id  # None unless connected
+    return cid[0] if cid else None
+
+
+def _lease_alive(conn: _Connection, session: int) -> Callable[[], bool]:
+    """``held`` of a ZooKeeper lease: its session is the client's, connected, not closed."""
+
+    def alive() -> bool:
+        return (
+            not conn.closed
+            and os.getpid() == conn.pid
+            and conn.connected.is_set()
+            and _session_id(conn.client) == session
+        )
+
+    return alive
+
+
+def _lease_record(data: bytes) -> dict[str, Any]:
+    try:
+        record = json.loads(data or b"{}")
+    except ValueError:
+        record = None
+    if not isinstance(record, dict):
+        raise LockstoreError(f"corrupt lease record: {data[:200]!r}")
+    return record
 
 
 def _log_async_failure(request: Any) -> None:

@@ -1,21 +1,28 @@
 """Contract tests for every :class:`lockstore.SlotStore` adapter.
 
 One test per guarantee in :mod:`lockstore.base`, run against each adapter through the
-parametrised ``make_store`` fixture, followed by tests specific to the local-file adapter:
-real multi-process races (``spawn`` start method), torn-read checks, the ``_latest`` hint
-and OS-error translation.
+parametrised ``make_store`` fixture (leases included), then leases across processes (a
+child holding a lease, SIGKILLed, or exiting; local-file and ZooKeeper adapters), followed
+by tests specific to one adapter: in-memory sharing and fork, local-file lease files and
+fork, real multi-process slot races (``spawn`` start method), torn-read checks, the
+``_latest`` hint and OS-error translation.
 """
 
 from __future__ import annotations
 
+import fcntl
+import gc
 import json
 import multiprocessing
 import os
 import pickle
 import queue
 import shutil
+import signal
+import socket
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from multiprocessing.context import SpawnProcess
 from multiprocessing.queues import Queue as MPQueue
@@ -27,6 +34,9 @@ import pytest
 
 from lockstore import (
     InMemorySlotStore,
+    Lease,
+    LeaseHeldError,
+    LeaseOwner,
     LocalFileSlotStore,
     LockstoreError,
     SlotClaim,
@@ -35,8 +45,11 @@ from lockstore import (
     SlotStore,
     SlotStoreUnavailableError,
     TableBindingError,
+    lease_owner_here,
 )
+from lockstore.base import lease_node_name
 from lockstore.localfs import table_dir_name
+from lockstore.registry import open_slot_store
 
 TABLE = "file:///data/warehouse/events"
 OWNER = {"host": "test-host", "pid": "4242"}
@@ -378,6 +391,312 @@ def test_close_is_safe_from_many_threads_at_once(make_store: MakeStore) -> None:
     assert record is not None and record.claim.txn_id == "txn-0"
 
 
+# ----------------------------------------------------------------------------- leases
+
+CHECKPOINT = "s3://bucket/checkpoints/query-1"
+
+
+def _query_owner(query: str = "q-1", run: str = "r-1") -> LeaseOwner:
+    return lease_owner_here(queryId=query, runId=run)
+
+
+def test_lease_acquire_release_reacquire(make_store: MakeStore) -> None:
+    store, other = make_store(), make_store()
+    assert store.lease_owner(CHECKPOINT) is None
+    before = int(time.time() * 1000)
+    lease = store.acquire_lease(CHECKPOINT, _query_owner())
+    assert isinstance(lease, Lease)
+    assert lease.name == CHECKPOINT and lease.held
+    assert (lease.owner.host, lease.owner.pid) == (socket.gethostname(), os.getpid())
+    assert dict(lease.owner.info) == {"queryId": "q-1", "runId": "r-1"}
+    assert before - 1000 <= lease.owner.acquired_ms <= int(time.time() * 1000) + 1000
+    for handle in (store, other):
+        assert handle.lease_owner(CHECKPOINT) == lease.owner
+
+    lease.release()
+    assert not lease.held
+    assert store.lease_owner(CHECKPOINT) is None and other.lease_owner(CHECKPOINT) is None
+    again = other.acquire_lease(CHECKPOINT, _query_owner("q-1", "r-2"))
+    assert again.held and store.lease_owner(CHECKPOINT) == again.owner
+    again.release()
+
+
+def test_lease_owner_without_time_is_stamped_and_given_time_is_kept(store: SlotStore) -> None:
+    with store.acquire_lease("a", LeaseOwner("h", 7, {"queryId": "q"})) as lease:
+        assert lease.owner.acquired_ms > 0
+        assert (lease.owner.host, lease.owner.pid, dict(lease.owner.info)) == ("h", 7, {"queryId": "q"})
+    with store.acquire_lease("a", LeaseOwner("h", 7, {}, acquired_ms=1234)) as lease:
+        assert lease.owner.acquired_ms == 1234
+        assert store.lease_owner("a") == LeaseOwner("h", 7, {}, 1234)
+
+
+def test_second_acquire_raises_lease_held_naming_the_owner(make_store: MakeStore) -> None:
+    store, other = make_store(), make_store()
+    lease = store.acquire_lease(CHECKPOINT, _query_owner("q-1", "r-1"))
+    for handle in (store, other):  # the same store, and another handle on the same backing store
+        with pytest.raises(LeaseHeldError) as info:
+            handle.acquire_lease(CHECKPOINT, _query_owner("q-2", "r-9"))
+        error = info.value
+        assert isinstance(error, LockstoreError)
+        assert error.name == CHECKPOINT
+        assert error.owner == lease.owner
+        message = str(error)
+        for part in ("queryId=q-1", "runId=r-1", f"host={socket.gethostname()}", f"pid={os.getpid()}"):
+            assert part in message
+        assert CHECKPOINT in message
+        # The error crosses process boundaries intact (Spark and multiprocessing pickle it).
+        clone = pickle.loads(pickle.dumps(error))
+        assert type(clone) is LeaseHeldError
+        assert (clone.name, clone.owner, str(clone)) == (CHECKPOINT, lease.owner, message)
+    assert store.lease_owner(CHECKPOINT) == lease.owner  # the failed attempts changed nothing
+    assert lease.held
+    lease.release()
+
+
+def test_lease_release_is_idempotent_and_context_manager_releases(make_store: MakeStore) -> None:
+    store = make_store()
+    lease = store.acquire_lease(CHECKPOINT, _query_owner())
+    lease.release()
+    lease.release()
+    assert not lease.held
+    with store.acquire_lease(CHECKPOINT, _query_owner("q-2")) as held:
+        assert held.held
+        lease.release()  # a stale handle's release does not touch the new owner's lease
+        assert held.held and store.lease_owner(CHECKPOINT) == held.owner
+    assert not held.held
+    assert make_store().lease_owner(CHECKPOINT) is None
+    with pytest.raises(RuntimeError), store.acquire_lease(CHECKPOINT, _query_owner("q-3")):
+        raise RuntimeError("the query failed")
+    assert store.lease_owner(CHECKPOINT) is None  # released on the way out of a failure too
+
+
+def test_leases_are_independent_and_names_are_arbitrary(store: SlotStore) -> None:
+    names = [
+        "s3://bucket/ck",
+        "s3:/bucket/ck",  # sanitises like the first: only the hash keeps them apart
+        "file:///tmp/ck with spaces/ü/🙂",
+        "/",
+        "..",
+        "",
+        "x" * 2000,
+    ]
+    leases = [store.acquire_lease(name, _query_owner(str(i))) for i, name in enumerate(names)]
+    for index, name in enumerate(names):
+        owner = store.lease_owner(name)
+        assert owner is not None and owner.info["queryId"] == str(index)
+    assert len({lease_node_name(n) for n in names}) == len(names)
+    assert all(len(lease_node_name(n)) < 100 for n in names)
+    for lease in leases:
+        lease.release()
+    assert [store.lease_owner(n) for n in names] == [None] * len(names)
+
+
+def test_lease_race_between_threads_has_one_winner(make_store: MakeStore) -> None:
+    stores = [make_store() for _ in range(2)]
+    threads, rounds = 8, 10
+    barrier = threading.Barrier(threads)
+    results: list[list[Lease | LeaseOwner]] = [[] for _ in range(rounds)]
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
+        try:
+            for round_ in range(rounds):
+                barrier.wait(timeout=30)
+                try:
+                    lease = stores[index % 2].acquire_lease(f"race-{round_}", _query_owner(f"t{index}"))
+                    results[round_].append(lease)
+                except LeaseHeldError as exc:
+                    results[round_].append(exc.owner)
+        except BaseException as exc:
+            errors.append(exc)
+            barrier.abort()
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+    assert errors == []
+    for outcome in results:
+        won = [r for r in outcome if isinstance(r, Lease)]
+        assert len(won) == 1 and len(outcome) == threads
+        # every loser was told who won
+        assert all(r == won[0].owner for r in outcome if isinstance(r, LeaseOwner))
+        won[0].release()
+
+
+def test_close_releases_the_stores_leases(make_store: MakeStore) -> None:
+    store, observer = make_store(), make_store()
+    if store is observer:  # the in-memory adapter: one object per backing store; use another
+        store = InMemorySlotStore()
+        observer = store
+    lease = store.acquire_lease(CHECKPOINT, _query_owner())
+    kept = observer.acquire_lease("another", _query_owner()) if observer is not store else None
+    store.close()
+    assert not lease.held
+    lease.release()  # harmless after close
+    if not store.closed:  # stores without a connection stay usable, and the lease is free
+        assert store.lease_owner(CHECKPOINT) is None
+        store.acquire_lease(CHECKPOINT, _query_owner("q-2")).release()
+    assert observer.closed or observer.lease_owner(CHECKPOINT) is None
+    fresh = make_store()
+    assert fresh.lease_owner(CHECKPOINT) is None
+    fresh.acquire_lease(CHECKPOINT, _query_owner("q-3")).release()
+    if kept is not None:  # leases of other stores are untouched
+        assert kept.held and fresh.lease_owner("another") == kept.owner
+        kept.release()
+
+
+def test_a_collected_lease_handle_is_released(make_store: MakeStore) -> None:
+    store = make_store()
+    store.acquire_lease(CHECKPOINT, _query_owner())  # handle dropped at once
+    gc.collect()
+    deadline = time.monotonic() + 10  # the ZooKeeper adapter deletes the node asynchronously
+    while store.lease_owner(CHECKPOINT) is not None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert store.lease_owner(CHECKPOINT) is None
+    store.acquire_lease(CHECKPOINT, _query_owner("q-2")).release()
+
+
+def test_lease_owner_describe_and_helpers() -> None:
+    owner = LeaseOwner("host-1", 123, {"queryId": "q", "runId": "r"}, 5)
+    assert owner.describe() == "queryId=q runId=r host=host-1 pid=123"
+    assert LeaseOwner("h", 1).describe() == "host=h pid=1"
+    assert LeaseOwner.from_dict(owner.to_dict()) == owner
+    assert pickle.loads(pickle.dumps(owner)) == owner
+    assert hash(owner) == hash(LeaseOwner("host-1", 123, {}, 5))  # info is not hashed
+    info = {"queryId": "q"}
+    copied = LeaseOwner("h", 1, info)
+    info["queryId"] = "changed"
+    assert copied.info == {"queryId": "q"}  # the owner keeps its own copy
+    here = lease_owner_here(queryId="q")
+    assert (here.host, here.pid, dict(here.info)) == (socket.gethostname(), os.getpid(), {"queryId": "q"})
+    assert abs(here.acquired_ms - time.time() * 1000) < 60_000
+
+
+# --------------------------------------------------- leases across processes (file, ZooKeeper)
+
+
+_KEPT: list[Any] = []
+
+
+def _lease_holder(spec: str, name: str, query: str, ready: MPQueue[Any], stop: str, release: bool) -> None:
+    """Child process: hold the lease until the file ``stop`` appears (or it is killed)."""
+    store = open_slot_store(spec, shared=False)
+    lease = store.acquire_lease(name, lease_owner_here(queryId=query, runId=f"run-{os.getpid()}"))
+    ready.put((os.getpid(), socket.gethostname()))
+    deadline = time.monotonic() + 120
+    while not os.path.exists(stop) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if release:
+        lease.release()
+        store.close()
+    else:
+        # Exit holding it: neither released nor closed nor collected (kept referenced).
+        _KEPT.append((store, lease))
+
+
+@pytest.fixture(params=["localfs", pytest.param("zookeeper", marks=pytest.mark.zookeeper)])
+def lease_specs(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str, float]:
+    """(spec for the child, spec for the parent, how long a dead owner's lease may outlive it)."""
+    if request.param == "zookeeper":
+        hosts = request.getfixturevalue("zk_chroot")
+        # The child's session times out after 2 s (the test server allows down to 1 s).
+        return f"zk://{hosts}?timeout=2", f"zk://{hosts}?timeout=10", 30.0
+    root = str(tmp_path / "slots")
+    return root, root, 0.0
+
+
+class _Holder:
+    """A child process holding the lease; ``stop()`` lets it go on, ``end()`` reaps it."""
+
+    def __init__(self, spec: str, query: str, stop_file: Path, release: bool = False) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        ready: MPQueue[Any] = ctx.Queue()
+        self.stop_file = stop_file
+        # A file, not an Event: setting an Event another process waits on deadlocks once
+        # that process was SIGKILLed.
+        self.proc = ctx.Process(
+            target=_lease_holder, args=(spec, CHECKPOINT, query, ready, str(stop_file), release)
+        )
+        self.proc.start()
+        self.pid, self.host = _collect(ready, [self.proc], 1, timeout=60)[0]
+
+    def stop(self) -> None:
+        self.stop_file.touch()
+
+    def end(self) -> None:
+        self.stop()
+        self.proc.join(timeout=30)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(timeout=30)
+
+
+def _acquire_within(store: SlotStore, grace: float, owner: LeaseOwner) -> Lease:
+    deadline = time.monotonic() + grace + 5.0
+    while True:
+        try:
+            return store.acquire_lease(CHECKPOINT, owner)
+        except LeaseHeldError:
+            assert time.monotonic() < deadline, "the dead owner's lease was never taken over"
+            time.sleep(0.05)
+
+
+def test_live_child_holds_the_lease_and_a_sigkilled_one_loses_it(
+    lease_specs: tuple[str, str, float], tmp_path: Path
+) -> None:
+    child_spec, spec, grace = lease_specs
+    child = _Holder(child_spec, "child-query", tmp_path / "stop")
+    proc, pid, host = child.proc, child.pid, child.host
+    store = open_slot_store(spec, shared=False)
+    try:
+        owner = store.lease_owner(CHECKPOINT)
+        assert owner is not None
+        assert (owner.pid, owner.host, owner.info["queryId"]) == (pid, host, "child-query")
+        with pytest.raises(LeaseHeldError) as info:
+            store.acquire_lease(CHECKPOINT, _query_owner("parent-query"))
+        assert info.value.owner.pid == pid and info.value.owner.info["runId"] == f"run-{pid}"
+        assert f"pid={pid}" in str(info.value) and "queryId=child-query" in str(info.value)
+
+        os.kill(pid, signal.SIGKILL)
+        proc.join(timeout=30)
+        assert proc.exitcode == -signal.SIGKILL
+        started = time.monotonic()
+        lease = _acquire_within(store, grace, _query_owner("parent-query"))
+        if grace == 0.0:
+            assert time.monotonic() - started < 1.0  # the OS dropped the lock with the process
+        assert lease.held and store.lease_owner(CHECKPOINT) == lease.owner
+        assert lease.owner.pid == os.getpid()
+        lease.release()
+    finally:
+        child.end()
+        store.close()
+
+
+@pytest.mark.parametrize("release", [True, False], ids=["released", "exited"])
+def test_child_that_releases_or_exits_frees_the_lease(
+    lease_specs: tuple[str, str, float], release: bool, tmp_path: Path
+) -> None:
+    child_spec, spec, _grace = lease_specs
+    child = _Holder(child_spec, "child-query", tmp_path / "stop", release=release)
+    store = open_slot_store(spec, shared=False)
+    try:
+        held = store.lease_owner(CHECKPOINT)
+        assert held is not None and held.pid == child.pid
+        child.stop()
+        child.proc.join(timeout=30)
+        assert child.proc.exitcode == 0
+        # Released, or the process ended: the lock dies with the process; a clean exit closes
+        # the ZooKeeper session (the store's finalizer), so no session timeout is waited for.
+        owner = store.lease_owner(CHECKPOINT)
+        assert owner is None, owner
+        store.acquire_lease(CHECKPOINT, _query_owner("next")).release()
+    finally:
+        child.end()
+        store.close()
+
+
 # ===================================================================== in-memory only
 
 
@@ -394,7 +713,156 @@ def test_shared_in_memory_store_is_one_instance() -> None:
     assert InMemorySlotStore().latest(table) == -1  # a fresh store does not see them
 
 
+def test_shared_in_memory_store_keeps_leases_when_a_table_closes_it() -> None:
+    """Every memory:// table closes the shared store when done: that must not end leases."""
+    shared = InMemorySlotStore.shared()
+    name = f"memory-ck/{os.getpid()}/{time.monotonic_ns()}"
+    with shared.acquire_lease(name, _query_owner()) as lease:
+        shared.close()
+        assert lease.held and shared.lease_owner(name) == lease.owner
+    assert shared.lease_owner(name) is None
+
+
+def test_in_memory_lease_inherited_through_fork_is_dead_in_the_child() -> None:
+    store = InMemorySlotStore()
+    lease = store.acquire_lease(CHECKPOINT, _query_owner())
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            report = {"held": lease.held, "owner": store.lease_owner(CHECKPOINT) is not None}
+            lease.release()  # a no-op in the child
+            child = store.acquire_lease(CHECKPOINT, _query_owner("child"))
+            report["acquired"] = child.held
+            os.write(write, json.dumps(report).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        report = json.loads(os.read(read, 4096))
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
+    assert report == {"held": False, "owner": False, "acquired": True}
+    assert lease.held and store.lease_owner(CHECKPOINT) == lease.owner  # the parent's is intact
+    lease.release()
+
+
 # ==================================================================== local file only
+
+
+def test_lease_file_layout_and_record(tmp_path: Path) -> None:
+    store = LocalFileSlotStore(tmp_path)
+    lease = store.acquire_lease(CHECKPOINT, _query_owner())
+    path = Path(store.lease_path(CHECKPOINT))
+    assert path.parent == tmp_path / "_leases"
+    assert path.name == lease_node_name(CHECKPOINT) + ".lease"
+    assert path.name.startswith("s3_bucket_checkpoints_query-1-")
+    record = json.loads(path.read_text())
+    assert record == {**lease.owner.to_dict(), "name": CHECKPOINT}  # the original name is kept
+    fd = _held_fd(path)
+    assert fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC  # never inherited by exec
+    lease.release()
+    assert path.exists()  # lease files are never removed (see the module docstring)
+    assert store.lease_owner(CHECKPOINT) is None  # the stale record counts for nothing
+    assert store.latest(TABLE) == -1  # leases do not touch slots, and vice versa
+    assert store.claim(TABLE, 0, _claim("txn-0")) is True
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["_leases", table_dir_name(TABLE)]
+
+
+def _held_fd(path: Path) -> int:
+    from lockstore import localfs
+
+    return localfs._HELD[str(path)].fd
+
+
+def test_a_dead_owners_record_is_taken_over(tmp_path: Path) -> None:
+    store = LocalFileSlotStore(tmp_path)
+    path = Path(store.lease_path(CHECKPOINT))
+    path.parent.mkdir(parents=True)
+    dead = LeaseOwner("some-host", 999_999, {"queryId": "dead"}, 1).to_dict()
+    path.write_text(json.dumps({**dead, "name": CHECKPOINT}))  # a record nobody locks
+    assert store.lease_owner(CHECKPOINT) is None
+    with store.acquire_lease(CHECKPOINT, _query_owner("alive")) as lease:
+        assert json.loads(path.read_text())["info"] == {"queryId": "alive", "runId": "r-1"}
+        assert LocalFileSlotStore(tmp_path).lease_owner(CHECKPOINT) == lease.owner
+    path.write_text("")  # an owner that died between creating the file and writing it
+    assert store.lease_owner(CHECKPOINT) is None
+    store.acquire_lease(CHECKPOINT, _query_owner()).release()
+
+
+def test_lease_held_by_another_open_file_in_this_process_is_detected(tmp_path: Path) -> None:
+    """flock belongs to open file descriptions: an outside holder in this process counts."""
+    store = LocalFileSlotStore(tmp_path)
+    store.acquire_lease(CHECKPOINT, _query_owner("first")).release()
+    path = store.lease_path(CHECKPOINT)
+    record = {**LeaseOwner("elsewhere", 4321, {"queryId": "outside"}, 9).to_dict(), "name": CHECKPOINT}
+    Path(path).write_text(json.dumps(record))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert store.lease_owner(CHECKPOINT) == LeaseOwner("elsewhere", 4321, {"queryId": "outside"}, 9)
+        with pytest.raises(LeaseHeldError) as info:
+            store.acquire_lease(CHECKPOINT, _query_owner())
+        assert info.value.owner.pid == 4321
+    finally:
+        os.close(fd)
+    store.acquire_lease(CHECKPOINT, _query_owner()).release()
+
+
+def test_forked_child_does_not_keep_the_lease_alive(tmp_path: Path) -> None:
+    """The child closes its inherited copy: the parent's release frees the lease while the
+    child still lives, and the child can neither use nor release the parent's lease."""
+    store = LocalFileSlotStore(tmp_path)
+    lease = store.acquire_lease(CHECKPOINT, _query_owner("parent"))
+    to_parent, from_child = os.pipe()
+    to_child, from_parent = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            os.close(to_parent)
+            os.close(from_parent)
+            report: dict[str, Any] = {"held": lease.held}
+            lease.release()  # a no-op: it must not unlock the parent's descriptor
+            owner = store.lease_owner(CHECKPOINT)
+            report["owner_pid"] = owner.pid if owner else None
+            try:
+                store.acquire_lease(CHECKPOINT, _query_owner("child"))
+                report["acquired"] = True
+            except LeaseHeldError:
+                report["acquired"] = False
+            os.write(from_child, json.dumps(report).encode())
+            os.read(to_child, 1)  # stay alive until the parent has checked
+        finally:
+            os._exit(0)
+    os.close(from_child)
+    os.close(to_child)
+    try:
+        report = json.loads(os.read(to_parent, 4096))
+        assert report == {"held": False, "owner_pid": os.getpid(), "acquired": False}
+        assert lease.held
+        lease.release()
+        assert store.lease_owner(CHECKPOINT) is None  # although the child is still alive
+        store.acquire_lease(CHECKPOINT, _query_owner("parent-again")).release()
+    finally:
+        os.close(from_parent)
+        os.close(to_parent)
+        os.waitpid(pid, 0)
+
+
+def test_lease_os_errors_become_slot_store_unavailable(tmp_path: Path) -> None:
+    root = tmp_path / "a-file"
+    root.write_text("not a directory")
+    store = LocalFileSlotStore(root)
+    with pytest.raises(SlotStoreUnavailableError):
+        store.acquire_lease(CHECKPOINT, _query_owner())
+    with pytest.raises(SlotStoreUnavailableError):
+        store.lease_owner(CHECKPOINT)
+
+
+# ==================================================================== local file only (slots)
 
 
 def _collect(results: MPQueue[Any], procs: list[SpawnProcess], count: int, timeout: float) -> list[Any]:
