@@ -43,8 +43,11 @@ from eventlog.ops.vacuum import (
 )
 from eventlog.txn.transaction import CommitResult
 from lockstore import SlotStore
-from spark_adapter.dml import PendingCommit, plan_delete, plan_optimize, plan_update
-from spark_adapter.merge import SparkMergeBuilder
+from spark_adapter.ops.delete import plan_delete
+from spark_adapter.ops.jobs import PendingCommit
+from spark_adapter.ops.merge import SparkMergeBuilder
+from spark_adapter.ops.optimize import plan_optimize
+from spark_adapter.ops.update import plan_update
 
 __all__ = ["EventlogTable", "OptimizeBuilder", "PendingCommit", "SparkMergeBuilder"]
 

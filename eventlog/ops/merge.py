@@ -1,17 +1,12 @@
-"""MERGE INTO: upsert a source table into the target, in one transaction.
+"""MERGE INTO with pyarrow: upsert a source table into the target, in one transaction.
 
-The ON condition is split into its conjuncts:
-
-* ``t.col = s.col`` equalities become join keys (at least one is required);
-* target-only conjuncts (e.g. ``t.date = '2024-01-01'``) prune the target files and are
-  the transaction's read predicate, so MERGEs with explicit, disjoint partition
-  predicates do not conflict (Delta's documented fix for ConcurrentAppendException);
-* every other conjunct is evaluated on the joined rows.
-
-Clauses are evaluated in order; the first whose condition holds applies to a row. A
-target row matched by several source rows is an error when an update or delete clause
-could apply to it (Delta's cardinality rule). Target files holding at least one updated
-or deleted row are rewritten; inserted rows go to new files.
+What the MERGE reads and which clause applies to a row are decided by the shared planner
+(:mod:`eventlog.ops.mergeplan`: the ON split into join keys, target predicate and residual;
+clause resolution and choice; the cardinality rule; commitInfo). This module executes the
+plan with pyarrow: it scans the target files the target predicate keeps, joins them with
+the source on the keys, evaluates the residual and the clauses on the joined rows, and
+rewrites target files holding at least one updated or deleted row (or marks those rows in
+deletion vectors); inserted rows go to new files.
 
 Like every operation, MERGE follows one rule: running it *stages* (plans, writes the new
 files, records the reads) and committing publishes. :class:`MergeBuilder` (from
@@ -24,7 +19,6 @@ stages in its own transaction and commits it at once, like ``Table.delete`` and 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Self
 
 import numpy as np
@@ -32,12 +26,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eventlog import expr as ex
-from eventlog.errors import InvalidInputError, MergeCardinalityError, PredicateError, UnknownColumnError
+from eventlog.errors import InvalidInputError
 from eventlog.files.enforce import conform
 from eventlog.files.scan import FileScan, top_level_columns
 from eventlog.log.actions import AddFile
-from eventlog.ops.common import check_append_only, to_arrow_table, write_rows
+from eventlog.ops.common import to_arrow_table, write_rows
 from eventlog.ops.dml import apply_assignments
+from eventlog.ops.mergeplan import (
+    ClauseSpec,
+    MergeClause,
+    MergePlan,
+    MergeScope,
+    begin_merge,
+    cardinality_error,
+    check_aliases,
+    clause_cases,
+    merge_metrics,
+)
 from eventlog.txn.plan import Plan, PlanBuilder
 from eventlog.txn.transaction import CommitResult
 from eventlog.txn.transaction import CoreTransaction as Transaction
@@ -48,18 +53,12 @@ _SRC = "__eventlog_src"
 _IDX = "__eventlog_idx"
 
 
-@dataclass(frozen=True)
-class _Clause:
-    kind: str  # "update", "delete", "insert"
-    condition: ex.Expr | None
-    assignments: Mapping[str, ex.Expr]
-    sql: str | None
-
-
 class _MergeClauses:
     """Delta's merge builder: ``when_matched_*`` / ``when_not_matched_*``, then ``execute()``.
 
-    The clauses and the plan; the subclasses decide what ``execute()`` returns.
+    The clauses, resolved by the shared planner (:mod:`eventlog.ops.mergeplan`) as they are
+    added, and the pyarrow execution of the plan; the subclasses decide what ``execute()``
+    returns.
     """
 
     def __init__(
@@ -71,79 +70,43 @@ class _MergeClauses:
         source_alias: str = "source",
         target_alias: str = "target",
     ) -> None:
-        if source_alias == target_alias:
-            raise InvalidInputError("source_alias and target_alias must differ")
+        check_aliases(source_alias, target_alias)
         self.txn = txn
         self.source = to_arrow_table(source)
         self.target_alias = target_alias
         self.source_alias = source_alias
         self.on_sql = on
         self.target_schema = txn.schema
-        self.qualifiers = {target_alias: self.target_schema, source_alias: self.source.schema}
-        self.on = ex.parse_predicate(on, self.target_schema, qualifiers=self.qualifiers, context="merge ON")
-        self.matched: list[_Clause] = []
+        self.scope = MergeScope(self.target_schema, self.source.schema, target_alias, source_alias)
+        self.on = self.scope.parse_on(on)
+        self.matched: list[MergeClause[str]] = []
+        self.not_matched: list[MergeClause[str]] = []
         self._out: PlanBuilder = txn  # the plan being built (set by plan_merge)
-        self.not_matched: list[_Clause] = []
 
     # ------------------------------------------------------------------ clauses
 
-    def _cond(self, condition: str | None) -> ex.Expr | None:
-        if condition is None:
-            return None
-        return ex.parse_predicate(
-            condition, self.target_schema, qualifiers=self.qualifiers, context="merge clause"
-        )
-
-    def _assign(self, values: Mapping[str, str]) -> dict[str, ex.Expr]:
-        by_lower = {n.lower(): n for n in self.target_schema.names}
-        out: dict[str, ex.Expr] = {}
-        for column, sql in values.items():
-            name = by_lower.get(column.split(".")[-1].lower())
-            if name is None:
-                raise UnknownColumnError(column, list(self.target_schema.names), "merge SET")
-            out[name] = ex.parse_expression(
-                sql, self.target_schema, qualifiers=self.qualifiers, context=f"merge SET {name}"
-            )
-        return out
-
-    def _all_from_source(self) -> dict[str, ex.Expr]:
-        source_names = {n.lower(): n for n in self.source.schema.names}
-        out: dict[str, ex.Expr] = {}
-        for name in self.target_schema.names:
-            src = source_names.get(name.lower())
-            if src is not None:
-                out[name] = ex.Column(src, self.source_alias)
-        if not out:
-            raise InvalidInputError("the merge source shares no column with the target")
-        extra = sorted(set(source_names) - {n.lower() for n in self.target_schema.names})
-        if extra:
-            raise InvalidInputError(f"merge source columns not in the target: {extra}")
-        return out
-
     def when_matched_update(self, condition: str | None = None, set: Mapping[str, str] | None = None) -> Self:
-        if not set:
-            raise InvalidInputError("when_matched_update needs a non-empty set mapping")
-        self.matched.append(_Clause("update", self._cond(condition), self._assign(set), condition))
+        spec = ClauseSpec.update(condition, set, method="when_matched_update")
+        self.matched.append(self.scope.resolve(spec))
         return self
 
     def when_matched_update_all(self, condition: str | None = None) -> Self:
-        self.matched.append(_Clause("update", self._cond(condition), self._all_from_source(), condition))
+        self.matched.append(self.scope.resolve(ClauseSpec[str].update_all(condition)))
         return self
 
     def when_matched_delete(self, condition: str | None = None) -> Self:
-        self.matched.append(_Clause("delete", self._cond(condition), {}, condition))
+        self.matched.append(self.scope.resolve(ClauseSpec[str].delete(condition)))
         return self
 
     def when_not_matched_insert(
         self, condition: str | None = None, values: Mapping[str, str] | None = None
     ) -> Self:
-        if not values:
-            raise InvalidInputError("when_not_matched_insert needs a non-empty values mapping")
-        self.not_matched.append(_Clause("insert", self._cond(condition), self._assign(values), condition))
+        spec = ClauseSpec.insert(condition, values, method="when_not_matched_insert")
+        self.not_matched.append(self.scope.resolve(spec))
         return self
 
     def when_not_matched_insert_all(self, condition: str | None = None) -> Self:
-        self.not_matched.append(_Clause("insert", self._cond(condition), self._all_from_source(), condition))
+        self.not_matched.append(self.scope.resolve(ClauseSpec[str].insert_all(condition)))
         return self
 
     # ------------------------------------------------------------------ execution
@@ -151,83 +114,33 @@ class _MergeClauses:
     def _resolve(self, col: ex.Column) -> str:
         return f"{col.qualifier}.{col.name}"
 
-    def target_predicate(self) -> ex.Expr | None:
-        """The ON condition's target-only conjuncts, unqualified: what the MERGE reads.
-
-        This is the transaction's read predicate, so engines that run the MERGE elsewhere
-        (Spark) record exactly the reads the plain-Python MERGE records.
-        """
-        _, target_only, _ = self._split_on()
-        return _unqualify(ex.conjoin(target_only)) if target_only else None
-
-    def _split_on(self) -> tuple[list[tuple[str, str]], list[ex.Expr], list[ex.Expr]]:
-        keys: list[tuple[str, str]] = []
-        target_only: list[ex.Expr] = []
-        residual: list[ex.Expr] = []
-        for conj in ex.conjuncts(self.on):
-            quals = {c.qualifier for c in ex.referenced_columns(conj)}
-            if (
-                isinstance(conj, ex.Call)
-                and conj.op == "eq"
-                and all(isinstance(a, ex.Column) for a in conj.args)
-            ):
-                a, b = conj.args
-                assert isinstance(a, ex.Column) and isinstance(b, ex.Column)
-                if {a.qualifier, b.qualifier} == {self.target_alias, self.source_alias}:
-                    t, s = (a, b) if a.qualifier == self.target_alias else (b, a)
-                    keys.append((t.name, s.name))
-                    continue
-            if quals == {self.target_alias}:
-                target_only.append(conj)
-            else:
-                residual.append(conj)
-        if not keys:
-            raise PredicateError(
-                "MERGE needs at least one equality between a target and a source column in ON",
-                expression=self.on_sql,
-            )
-        return keys, target_only, residual
-
     def plan_merge(self, plan: PlanBuilder) -> Plan:
         """The MERGE's plan: its reads (the target predicate), the files it writes and the
         rows it removes, built on ``plan`` (which the planning steps below write to)."""
         self._out = plan
-        if not self.matched and not self.not_matched:
-            raise InvalidInputError("MERGE needs at least one WHEN clause")
-        params = {
-            "predicate": self.on_sql,
-            "matchedPredicates": [{"actionType": c.kind, "predicate": c.sql} for c in self.matched],
-            "notMatchedPredicates": [{"actionType": c.kind, "predicate": c.sql} for c in self.not_matched],
-        }
-        plan.set_operation("MERGE", params)
-        if self.matched:
-            check_append_only(plan, "MERGE with WHEN MATCHED")
-        keys, _, residual = self._split_on()
-        target_pred = self.target_predicate()
-        files = plan.scan(target_pred)
-        plan.add_metrics(**self._plan(files, keys, target_pred, residual))
+        merge = begin_merge(plan, self.scope, self.on_sql, self.on, self.matched, self.not_matched)
+        files = plan.scan(merge.target_predicate)
+        plan.add_metrics(**self._plan(files, merge))
         return plan.build()
 
-    def _plan(
-        self, files: list[AddFile], keys: list[tuple[str, str]], target_pred: ex.Expr | None,
-        residual: list[ex.Expr],
-    ) -> dict[str, int]:  # fmt: skip
+    def _plan(self, files: list[AddFile], merge: MergePlan[str]) -> dict[str, int]:
         plan = self._out
         schema = self.target_schema
+        target_pred = merge.target_predicate
         target = self._read_target(files, target_pred)
         if target_pred is not None and target.num_rows:
             eligible = target.filter(ex.evaluate_mask(target_pred, target))
         else:
             eligible = target
         source = self.source.append_column(_SRC, pa.array(np.arange(self.source.num_rows, dtype=np.int64)))
-        pairs = _join(eligible, source, keys)
+        pairs = _join(eligible, source, list(merge.keys))
         joined = _gather(eligible, source, pairs, self.target_alias, self.source_alias)
-        if residual and joined.num_rows:
-            keep = ex.evaluate_mask(ex.conjoin(residual), joined, self._resolve)
+        if merge.residual and joined.num_rows:
+            keep = ex.evaluate_mask(ex.conjoin(merge.residual), joined, self._resolve)
             joined = joined.filter(keep)
         matched_sources = set(joined.column(f"{self.source_alias}.{_SRC}").to_pylist())
-        updates, deletes = self._apply_matched(joined)
-        inserted = self._insert(source, matched_sources)
+        updates, deletes = self._apply_matched(joined, merge)
+        inserted = self._insert(source, matched_sources, merge)
         touched_ids = (
             set(updates.column(f"{self.target_alias}.{_FILE}").to_pylist()) if updates.num_rows else set()
         )
@@ -244,20 +157,20 @@ class _MergeClauses:
         out_parts = [t for t in (rewritten, inserted) if t is not None and t.num_rows]
         if out_parts:
             write_rows(plan, conform(pa.concat_tables(out_parts), schema, context="merge"))
-        return {
-            "numTargetFilesRemoved": len(touched),
-            "numTargetRowsUpdated": updates.num_rows,
-            "numTargetRowsDeleted": sum(len(v) for v in deletes.values()),
-            "numTargetRowsInserted": inserted.num_rows if inserted is not None else 0,
-            "numSourceRows": self.source.num_rows,
-        }
+        return merge_metrics(
+            files_removed=len(touched),
+            updated=updates.num_rows,
+            deleted=sum(len(v) for v in deletes.values()),
+            inserted=inserted.num_rows if inserted is not None else 0,
+            source_rows=self.source.num_rows,
+        )
 
     def _needed_columns(self) -> list[str]:
         """The target columns the join, the ON condition and the clauses read (schema order)."""
         exprs: list[ex.Expr] = [self.on]
         for clause in (*self.matched, *self.not_matched):
-            if clause.condition is not None:
-                exprs.append(clause.condition)
+            if clause.predicate is not None:
+                exprs.append(clause.predicate)
             exprs.extend(clause.assignments.values())
         t = self.target_alias
         wanted = {c for e in exprs for c in top_level_columns(e, self.target_schema, qualifier=t)}
@@ -318,32 +231,21 @@ class _MergeClauses:
             return self.target_schema.empty_table()
         return pa.concat_tables(parts).take(pa.array(order, pa.int64()))
 
-    def _apply_matched(self, joined: pa.Table) -> tuple[pa.Table, dict[int, set[int]]]:
+    def _apply_matched(self, joined: pa.Table, merge: MergePlan[str]) -> tuple[pa.Table, dict[int, set[int]]]:
         """(updated target rows with file/row ids, {file id: deleted row ids})."""
         t = self.target_alias
         deletes: dict[int, set[int]] = {}
         empty_updates = pa.table({f"{t}.{_FILE}": pa.array([], pa.int64())})
-        if not self.matched or joined.num_rows == 0:
+        if not merge.matched or joined.num_rows == 0:
             return empty_updates, deletes
         ids = pc.add(pc.multiply(joined[f"{t}.{_FILE}"], 1 << 32), joined[f"{t}.{_ROW}"])
         counts = pc.value_counts(ids)
-        if joined.num_rows and pc.max(counts.field("counts")).as_py() > 1:
-            unconditional_delete_only = (
-                len(self.matched) == 1
-                and self.matched[0].kind == "delete"
-                and (self.matched[0].condition is None)
-            )
-            if not unconditional_delete_only:
-                dup = int(pc.sum(pc.greater(counts.field("counts"), 1)).as_py())
-                raise MergeCardinalityError(
-                    f"MERGE matched {dup} target rows with more than one source row; a target row "
-                    "can be updated or deleted by at most one source row",
-                    rows=dup,
-                )
+        if merge.checks_cardinality and pc.max(counts.field("counts")).as_py() > 1:
+            raise cardinality_error(int(pc.sum(pc.greater(counts.field("counts"), 1)).as_py()))
         remaining = pa.array(np.ones(joined.num_rows, dtype=bool))
         updated: list[pa.Table] = []
-        for clause in self.matched:
-            cond = ex.evaluate_mask(clause.condition, joined, self._resolve) if clause.condition else None
+        for _, clause in clause_cases(merge.matched):
+            cond = ex.evaluate_mask(clause.predicate, joined, self._resolve) if clause.predicate else None
             hit = pc.and_(remaining, cond) if cond is not None else remaining
             remaining = pc.and_(remaining, pc.invert(hit))
             rows = joined.filter(hit)
@@ -372,8 +274,8 @@ class _MergeClauses:
                 updated.append(new)
         return (pa.concat_tables(updated) if updated else empty_updates), deletes
 
-    def _insert(self, source: pa.Table, matched: set[int]) -> pa.Table | None:
-        if not self.not_matched:
+    def _insert(self, source: pa.Table, matched: set[int], merge: MergePlan[str]) -> pa.Table | None:
+        if not merge.not_matched:
             return None
         src_ids = source[_SRC]
         unmatched_mask = pc.invert(pc.is_in(src_ids, pa.array(sorted(matched), pa.int64())))
@@ -384,8 +286,8 @@ class _MergeClauses:
             return None
         remaining = pa.array(np.ones(rows.num_rows, dtype=bool))
         out: list[pa.Table] = []
-        for clause in self.not_matched:
-            cond = ex.evaluate_mask(clause.condition, env, self._resolve) if clause.condition else None
+        for _, clause in clause_cases(merge.not_matched):
+            cond = ex.evaluate_mask(clause.predicate, env, self._resolve) if clause.predicate else None
             hit = pc.and_(remaining, cond) if cond is not None else remaining
             remaining = pc.and_(remaining, pc.invert(hit))
             chosen = env.filter(hit)
@@ -457,15 +359,6 @@ class TableMergeBuilder(_MergeClauses):
         """Stage the merge, then commit its transaction; returns the commit's result."""
         self.txn.run(self.plan_merge)
         return self.txn.commit()
-
-
-def _unqualify(expr: ex.Expr) -> ex.Expr:
-    """A target-only expression with its ``t.`` qualifiers dropped (for scans on the target)."""
-    if isinstance(expr, ex.Column):
-        return ex.Column(expr.name)
-    if isinstance(expr, ex.Call):
-        return ex.Call(expr.op, tuple(_unqualify(a) for a in expr.args))
-    return expr
 
 
 def _join(target: pa.Table, source: pa.Table, keys: list[tuple[str, str]]) -> pa.Table:

@@ -1,35 +1,49 @@
-"""MERGE INTO an eventlog table from a Spark DataFrame; the join and rewrite run in Spark.
+"""MERGE INTO an eventlog table from a Spark DataFrame: the Spark executor of the shared
+MERGE plan.
 
-Planned as :class:`eventlog.ops.merge.MergeBuilder` plans it: the ON condition is split by
-eventlog's own rules, and its target-only conjuncts are the transaction's read predicate
-(``txn.scan``), so MERGEs with disjoint explicit partition predicates do not conflict.
-Spark then joins the source with the scanned target rows on the whole ON condition (the
-target-only part included), picks the first clause whose condition holds per row, applies
-Delta's cardinality rule, and writes the updated, inserted and (without deletion vectors)
-copied rows of the touched files in its tasks. One eventlog transaction commits it all.
+The plan comes from :mod:`eventlog.ops.mergeplan`, as for the pyarrow MERGE
+(:mod:`eventlog.ops.merge`): the ON split and its target predicate (the transaction's read
+set, so MERGEs with disjoint explicit partition predicates do not conflict), the clauses
+(kinds, SET columns, ``*All``), the choice rule, the cardinality rule and commitInfo.
+Spark Columns are planned by their SQL text; an ON eventlog cannot parse (Spark-only
+syntax, a Column without SQL) is evaluated by Spark alone and the MERGE reads the whole
+target. Clause conditions and values are evaluated by Spark, never parsed by eventlog.
+
+This module owns the Spark jobs: it joins the source with the scanned target rows on the
+whole ON condition (the target-only part included), tags each joined row with the clause
+that applies, checks cardinality, and writes the updated, inserted and (without deletion
+vectors) copied rows of the touched files in its tasks. One eventlog transaction commits
+it all.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from eventlog import Table
-from eventlog import expr as ex
-from eventlog.errors import InvalidInputError, MergeCardinalityError, PredicateError, UnknownColumnError
 from eventlog.log.actions import AddFile
-from eventlog.ops.common import check_append_only
-from eventlog.ops.merge import MergeBuilder
+from eventlog.ops.mergeplan import (
+    ClauseSpec,
+    MergeClause,
+    MergePlan,
+    MergeScope,
+    begin_merge,
+    cardinality_error,
+    clause_cases,
+    merge_metrics,
+    require_clauses,
+)
 from eventlog.ops.transaction import Transaction
 from eventlog.txn.transaction import CommitResult
-from spark_adapter.dml import (
+from spark_adapter.ops.jobs import (
     FILE_COL,
     POS_COL,
     JobContext,
@@ -49,12 +63,7 @@ _MATCHED = "__eventlog_matched_clause"
 _INSERT = "__eventlog_insert_clause"
 _SRC = "__eventlog_source_row"
 
-
-@dataclass(frozen=True)
-class _Clause:
-    kind: str  # "update", "delete", "insert"
-    condition: str | Column | None
-    values: Mapping[str, str | Column] | None  # None: every column from the source (*All)
+Value = str | Column  # a condition or SET value: SQL text or a Spark Column
 
 
 def dataframe_alias(df: DataFrame) -> str | None:
@@ -68,13 +77,25 @@ def dataframe_alias(df: DataFrame) -> str | None:
     return None
 
 
-def _sql(value: str | Column | None) -> str | None:
+def _sql(value: Value | None) -> str | None:
+    """SQL text of a condition (None: no SQL for this Column)."""
     if value is None or isinstance(value, str):
         return value
     try:
         return str(cast(Any, value)._jc.node().sql())
     except Exception:
         return None
+
+
+def _source_schema(df: DataFrame, *, required: bool) -> pa.Schema:
+    """The source's Arrow schema; when it has none and ON is not planned (``required``
+    false), its column names (all ``*All`` needs)."""
+    try:
+        return to_arrow_schema(df.schema, timezone="UTC")
+    except Exception:
+        if required:
+            raise
+        return pa.schema([pa.field(n, pa.null()) for n in df.columns])
 
 
 class SparkMergeBuilder:
@@ -94,37 +115,33 @@ class SparkMergeBuilder:
         self._on = condition
         self._target_alias = target_alias or "target"
         self._source_alias = dataframe_alias(source) or "source"
-        self._matched: list[_Clause] = []
-        self._not_matched: list[_Clause] = []
+        self._matched: list[ClauseSpec[Value]] = []
+        self._not_matched: list[ClauseSpec[Value]] = []
 
     # ------------------------------------------------------------------ clauses
 
     def whenMatchedUpdate(
-        self, condition: str | Column | None = None, set: Mapping[str, str | Column] | None = None
+        self, condition: Value | None = None, set: Mapping[str, Value] | None = None
     ) -> SparkMergeBuilder:
-        if not set:
-            raise InvalidInputError("whenMatchedUpdate needs a non-empty set mapping")
-        self._matched.append(_Clause("update", condition, dict(set)))
+        self._matched.append(ClauseSpec.update(condition, set, method="whenMatchedUpdate"))
         return self
 
-    def whenMatchedUpdateAll(self, condition: str | Column | None = None) -> SparkMergeBuilder:
-        self._matched.append(_Clause("update", condition, None))
+    def whenMatchedUpdateAll(self, condition: Value | None = None) -> SparkMergeBuilder:
+        self._matched.append(ClauseSpec.update_all(condition))
         return self
 
-    def whenMatchedDelete(self, condition: str | Column | None = None) -> SparkMergeBuilder:
-        self._matched.append(_Clause("delete", condition, {}))
+    def whenMatchedDelete(self, condition: Value | None = None) -> SparkMergeBuilder:
+        self._matched.append(ClauseSpec.delete(condition))
         return self
 
     def whenNotMatchedInsert(
-        self, condition: str | Column | None = None, values: Mapping[str, str | Column] | None = None
+        self, condition: Value | None = None, values: Mapping[str, Value] | None = None
     ) -> SparkMergeBuilder:
-        if not values:
-            raise InvalidInputError("whenNotMatchedInsert needs a non-empty values mapping")
-        self._not_matched.append(_Clause("insert", condition, dict(values)))
+        self._not_matched.append(ClauseSpec.insert(condition, values, method="whenNotMatchedInsert"))
         return self
 
-    def whenNotMatchedInsertAll(self, condition: str | Column | None = None) -> SparkMergeBuilder:
-        self._not_matched.append(_Clause("insert", condition, None))
+    def whenNotMatchedInsertAll(self, condition: Value | None = None) -> SparkMergeBuilder:
+        self._not_matched.append(ClauseSpec.insert_all(condition))
         return self
 
     # ------------------------------------------------------------------ execution
@@ -136,80 +153,42 @@ class SparkMergeBuilder:
     def plan(self) -> PendingCommit:
         """Run the Spark jobs and stage the actions without committing (two-phase use:
         ``pending.commit()`` then validates against whatever committed meanwhile)."""
-        if not self._matched and not self._not_matched:
-            raise InvalidInputError("MERGE needs at least one WHEN clause")
+        require_clauses(self._matched, self._not_matched)
         txn = self._table.transaction()
         on_sql = _sql(self._on)
-        txn.set_operation(
-            "MERGE",
-            {
-                "predicate": on_sql,
-                "matchedPredicates": [
-                    {"actionType": c.kind, "predicate": _sql(c.condition)} for c in self._matched
-                ],
-                "notMatchedPredicates": [
-                    {"actionType": c.kind, "predicate": _sql(c.condition)} for c in self._not_matched
-                ],
-            },
-        )
-        if self._matched:
-            check_append_only(txn, "MERGE with WHEN MATCHED")
-        target_pred = self._read_predicate(txn, on_sql)
+        source_schema = _source_schema(self._source, required=on_sql is not None)
+        scope = MergeScope(txn.schema, source_schema, self._target_alias, self._source_alias)
+        on = scope.parse_on_if_possible(on_sql, strict_columns=isinstance(self._on, str))
+        matched = [scope.resolve(c, parse=False, sql=_sql) for c in self._matched]
+        not_matched = [scope.resolve(c, parse=False, sql=_sql) for c in self._not_matched]
+        merge = begin_merge(txn, scope, on_sql, on, matched, not_matched)
 
         def plan(ctx: JobContext, staged: StagedFiles) -> None:
-            files = txn.scan(target_pred)
-            self._run(ctx, staged, txn, files)
+            files = txn.scan(merge.target_predicate)
+            self._run(ctx, staged, txn, files, merge)
 
         return run_planned(self._spark, txn, "MERGE", plan)
 
-    def _read_predicate(self, txn: Transaction, on_sql: str | None) -> ex.Expr | None:
-        """The target-only conjuncts of ON, unqualified (None: the whole table is read)."""
-        if on_sql is None:
-            return None
-        ta, sa = self._target_alias, self._source_alias
-        source_schema = to_arrow_schema(self._source.schema, timezone="UTC")
-        qualifiers = {ta: txn.schema, sa: source_schema}
-        try:
-            ex.parse_predicate(on_sql, txn.schema, qualifiers=qualifiers, context="merge ON")
-        except UnknownColumnError:
-            if isinstance(self._on, str):
-                raise
-            return None
-        except PredicateError:
-            # Spark-only syntax: Spark evaluates it; reading everything keeps conflicts exact.
-            return None
-        # eventlog's own split, so the read set is exactly the plain-Python MERGE's.
-        builder = MergeBuilder(txn, source_schema.empty_table(), on_sql, source_alias=sa, target_alias=ta)
-        return builder.target_predicate()
-
-    def _values(self, clause: _Clause, names: list[str]) -> dict[str, Column]:
+    def _values(self, clause: MergeClause[Value]) -> dict[str, Column]:
         """Target column -> value (a Spark Column) for an update or insert clause."""
-        sa = self._source_alias
-        if clause.values is None:
-            source_names = {n.lower(): n for n in self._source.columns}
-            out = {n: quoted(source_names[n.lower()], sa) for n in names if n.lower() in source_names}
-            if not out:
-                raise InvalidInputError("the merge source shares no column with the target")
-            extra = sorted(set(source_names) - {n.lower() for n in names})
-            if extra:
-                raise InvalidInputError(f"merge source columns not in the target: {extra}")
-            return out
-        by_lower = {n.lower(): n for n in names}
-        resolved: dict[str, Column] = {}
-        for column, value in clause.values.items():
-            name = by_lower.get(column.split(".")[-1].lower())
-            if name is None:
-                raise UnknownColumnError(column, names, "merge SET")
-            resolved[name] = to_column(value)
-        return resolved
+        if clause.from_source:
+            return {t: quoted(s, self._source_alias) for t, s in clause.from_source.items()}
+        return {name: to_column(value) for name, value in clause.values.items()}
 
-    def _run(self, ctx: JobContext, staged: StagedFiles, txn: Transaction, files: list[AddFile]) -> None:
+    def _run(
+        self,
+        ctx: JobContext,
+        staged: StagedFiles,
+        txn: Transaction,
+        files: list[AddFile],
+        merge: MergePlan[str | Column],
+    ) -> None:
         spark, ta = self._spark, self._target_alias
         schema = ctx.spark_schema
         names = [f.name for f in schema.fields]
         types = {f.name: f.dataType for f in schema.fields}
-        matched_values = [self._values(c, names) if c.kind == "update" else {} for c in self._matched]
-        insert_values = [self._values(c, names) for c in self._not_matched]
+        matched_values = [self._values(c) if c.kind == "update" else {} for c in merge.matched]
+        insert_values = [self._values(c) for c in merge.not_matched]
 
         target = read_files(spark, ctx, list(enumerate(files))).alias(ta)
         # Left outer keeps every source row: unmatched ones feed the insert clauses, and the
@@ -217,12 +196,12 @@ class SparkMergeBuilder:
         source = self._source.withColumn(_SRC, F.monotonically_increasing_id()).alias(self._source_alias)
         joined = source.join(target, to_column(self._on), "left_outer")
         is_matched = quoted(FILE_COL, ta).isNotNull()
-        joined = joined.withColumn(_MATCHED, _first(is_matched, [c.condition for c in self._matched]))
-        joined = joined.withColumn(_INSERT, _first(~is_matched, [c.condition for c in self._not_matched]))
+        joined = joined.withColumn(_MATCHED, _first(is_matched, merge.matched))
+        joined = joined.withColumn(_INSERT, _first(~is_matched, merge.not_matched))
 
         def value(n: str) -> Column:
             out: Any = None
-            for i, (c, vals) in enumerate(zip(self._matched, matched_values, strict=True)):
+            for i, (c, vals) in enumerate(zip(merge.matched, matched_values, strict=True)):
                 if c.kind == "update":
                     out = _when(out, F.col(_MATCHED) == i, vals.get(n, quoted(n, ta)).cast(types[n]))
             for j, vals in enumerate(insert_values):
@@ -230,8 +209,8 @@ class SparkMergeBuilder:
                     out = _when(out, F.col(_INSERT) == j, vals[n].cast(types[n]))
             return (out if out is not None else F.lit(None)).cast(types[n]).alias(n)
 
-        updates = [i for i, c in enumerate(self._matched) if c.kind == "update"]
-        deletes = [i for i, c in enumerate(self._matched) if c.kind == "delete"]
+        updates = [i for i, c in enumerate(merge.matched) if c.kind == "update"]
+        deletes = [i for i, c in enumerate(merge.matched) if c.kind == "delete"]
         kind: Any = None
         if updates:
             kind = _when(kind, F.col(_MATCHED).isin(updates), F.lit("U"))
@@ -249,7 +228,7 @@ class SparkMergeBuilder:
         # version of a non-deterministic source).
         tagged = tagged.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            self._stage(ctx, staged, txn, files, tagged, names)
+            self._stage(ctx, staged, txn, files, tagged, names, merge)
         finally:
             tagged.unpersist()
 
@@ -261,6 +240,7 @@ class SparkMergeBuilder:
         files: list[AddFile],
         tagged: DataFrame,
         names: list[str],
+        merge: MergePlan[str | Column],
     ) -> None:
         spark = self._spark
         use_dv = txn.deletion_vectors_enabled
@@ -281,13 +261,8 @@ class SparkMergeBuilder:
         grouped = tagged.rollup(FILE_COL).agg(*aggs, F.grouping(FILE_COL).alias("total")).collect()
         summary = [r for r in grouped if not r.total]
         sources = sum(r.sources for r in grouped if r.total)  # no row at all for an empty source
-        delete_only = (
-            len(self._matched) == 1
-            and self._matched[0].kind == "delete"
-            and self._matched[0].condition is None
-        )
-        if self._matched and not delete_only and any(r.matches > r.rows for r in summary):
-            # Delta's cardinality rule; counting the offending rows takes one more job.
+        if merge.checks_cardinality and any(r.matches > r.rows for r in summary):
+            # Counting the offending rows takes one more job.
             dup = (
                 tagged.where(F.col(FILE_COL).isNotNull())
                 .groupBy(FILE_COL, POS_COL)
@@ -295,11 +270,7 @@ class SparkMergeBuilder:
                 .where(F.col("count") > 1)
                 .count()
             )
-            raise MergeCardinalityError(
-                f"MERGE matched {dup} target rows with more than one source row; a target row "
-                "can be updated or deleted by at most one source row",
-                rows=dup,
-            )
+            raise cardinality_error(dup)
         per_file = {r[FILE_COL]: r for r in summary if r[FILE_COL] is not None and r.u + r.d > 0}
         touched = sorted(per_file)
         updated = sum(r.u for r in summary)
@@ -324,11 +295,13 @@ class SparkMergeBuilder:
         else:
             txn.remove_files([files[fid] for fid in touched])
         txn.add_metrics(
-            numTargetFilesRemoved=len(touched),
-            numTargetRowsUpdated=updated,
-            numTargetRowsDeleted=sum(r.d for r in summary),
-            numTargetRowsInserted=inserted,
-            numSourceRows=sources,
+            **merge_metrics(
+                files_removed=len(touched),
+                updated=updated,
+                deleted=sum(r.d for r in summary),
+                inserted=inserted,
+                source_rows=sources,
+            )
         )
         stage_adds(txn, staged, adds)
 
@@ -337,10 +310,12 @@ def _when(chain: Any, test: Column, value: Column) -> Column:
     return F.when(test, value) if chain is None else chain.when(test, value)
 
 
-def _first(base: Column, conditions: list[str | Column | None]) -> Column:
-    """Index of the first clause whose condition holds where ``base`` holds (else null)."""
+def _first(base: Column, clauses: Sequence[MergeClause[str | Column]]) -> Column:
+    """Index of the clause that applies where ``base`` holds (else null): the planner's
+    choice rule (:func:`eventlog.ops.mergeplan.clause_cases`) as a CASE WHEN."""
     out: Any = None
-    for i, cond in enumerate(conditions):
+    for i, clause in clause_cases(clauses):
+        cond = clause.condition
         test = base if cond is None else base & to_column(cond)
         out = _when(out, test, F.lit(i))
     return out if out is not None else F.lit(None).cast("int")

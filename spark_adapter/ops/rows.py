@@ -1,0 +1,130 @@
+"""Rewriting the rows a condition matches, in one Spark job: shared by DELETE and UPDATE.
+
+Spark evaluates the condition (and UPDATE's SET values) on the live rows of the scanned
+files; each task sees every row of its files and, per file with a matching row, writes
+the surviving (DELETE) or rewritten (UPDATE) rows, or reports the matched positions for a
+deletion vector (:mod:`eventlog.ops.rows` and :mod:`eventlog.ops.dml` do the same with
+pyarrow).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import Column, SparkSession
+from pyspark.sql import functions as F
+
+from eventlog.files.enforce import conform
+from eventlog.log.actions import AddFile
+from eventlog.ops.transaction import Transaction
+from spark_adapter.ops.jobs import (
+    FILE_COL,
+    POS_COL,
+    RESULT,
+    JobContext,
+    Result,
+    TaskOutput,
+    add_results,
+    adds_of,
+    quoted,
+    read_files,
+    result_batch,
+    stage_dv_deletes,
+)
+
+MATCH_COL = "__eventlog_match"
+
+
+def rewrite_matching(
+    spark: SparkSession,
+    ctx: JobContext,
+    txn: Transaction,
+    files: Sequence[AddFile],
+    match: Column | None,
+    values: Mapping[str, Column] | None,
+) -> tuple[list[AddFile], list[AddFile], tuple[int, int]]:
+    """One Spark job: read ``files``, evaluate ``match`` (and the SET values), and per file
+    with a matching row write the rewritten rows (or record DV positions).
+
+    Returns (touched files, new files, (matched rows, copied rows)); stages the removes.
+    """
+    if not files:
+        return [], [], (0, 0)
+    use_dv = txn.deletion_vectors_enabled
+    names = ctx.arrow_schema.names
+    rows = read_files(spark, ctx, list(enumerate(files)))
+    hit = F.coalesce(match, F.lit(False)) if match is not None else F.lit(True)
+    rows = rows.withColumn(MATCH_COL, hit)
+    if values is not None:
+        m = F.col(MATCH_COL)
+        rows = rows.select(
+            *[
+                F.when(m, values[n]).otherwise(quoted(n)).alias(n) if n in values else quoted(n)
+                for n in names
+            ],
+            FILE_COL,
+            POS_COL,
+            MATCH_COL,
+        )
+    mode = "delete" if values is None else "update"
+    # Only narrow steps since read_files: each task sees every row of its files.
+    task = functools.partial(_rewrite_task, ctx, mode, use_dv)
+    results = rows.mapInArrow(task, RESULT).collect()
+    by_id = dict(enumerate(files))
+    per_file = sorted((r for r in results if r.kind == "file"), key=lambda r: r.fid)
+    touched = [by_id[r.fid] for r in per_file]
+    if use_dv:
+        # Old images become DV-deleted rows (eventlog.ops.dml does the same).
+        stage_dv_deletes(txn, by_id, {r.fid: list(r.positions) for r in per_file})
+    else:
+        txn.remove_files(touched)
+    counts = (sum(r.n1 for r in per_file), sum(r.n2 for r in per_file))
+    return touched, adds_of(results), counts
+
+
+def _split_by_file(batches: Iterator[pa.RecordBatch]) -> dict[int, list[pa.RecordBatch]]:
+    """Rows grouped by file id (Spark re-batches rows, so a batch may span two files)."""
+    groups: dict[int, list[pa.RecordBatch]] = {}
+    for batch in batches:
+        ids = batch.column(FILE_COL)
+        distinct = pc.unique(ids).to_pylist()
+        for fid in distinct:
+            part = batch if len(distinct) == 1 else batch.filter(pc.equal(ids, fid))
+            groups.setdefault(int(fid), []).append(part)
+    return groups
+
+
+def _rewrite_task(
+    ctx: JobContext, mode: str, use_dv: bool, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    names = ctx.arrow_schema.names
+    out = TaskOutput(ctx)
+    results: list[Result] = []
+    pending: list[pa.Table] = []
+    try:
+        for fid, parts in _split_by_file(batches).items():
+            chunk = pa.Table.from_batches(parts)
+            mask = pc.fill_null(chunk.column(MATCH_COL), False).combine_chunks()
+            hits = int(pc.sum(mask).as_py() or 0)
+            if hits == 0:
+                continue
+            data = chunk.select(names)
+            if use_dv:
+                if mode == "update":
+                    pending.append(data.filter(mask))
+                positions = chunk.column(POS_COL).filter(mask).to_pylist()
+                results.append(("file", fid, None, hits, 0, positions))
+            else:
+                pending.append(data.filter(pc.invert(mask)) if mode == "delete" else data)
+                results.append(("file", fid, None, hits, chunk.num_rows - hits, None))
+        if pending:
+            rows = conform(pa.concat_tables(pending), ctx.arrow_schema, context=mode)
+            results += add_results(-1, out.write(rows, data_change=True))
+    except BaseException:
+        out.discard()
+        raise
+    if results:
+        yield result_batch(results)

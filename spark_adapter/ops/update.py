@@ -1,0 +1,58 @@
+"""UPDATE in Spark jobs, planned as :func:`eventlog.ops.dml.update`: the same operation,
+read predicate and actions; Spark evaluates the condition and the SET values, one job
+rewrites the matching rows (:func:`spark_adapter.ops.rows.rewrite_matching`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import orjson
+from pyspark.sql import Column, SparkSession
+from pyspark.sql.types import StructType
+
+from eventlog.errors import InvalidInputError, UnknownColumnError
+from eventlog.ops.common import check_append_only
+from eventlog.ops.transaction import Transaction
+from spark_adapter.ops.jobs import (
+    JobContext,
+    PendingCommit,
+    StagedFiles,
+    condition_sql,
+    read_predicate,
+    run_planned,
+    stage_adds,
+    to_column,
+)
+from spark_adapter.ops.rows import rewrite_matching
+
+
+def plan_update(
+    spark: SparkSession,
+    txn: Transaction,
+    condition: str | Column | None,
+    assignments: Mapping[str, str | Column],
+) -> PendingCommit:
+    """UPDATE, planned as eventlog.ops.dml.update; SET values are evaluated by Spark."""
+    schema = StructType.fromJson(orjson.loads(txn.metadata.schema_string))
+    sql = condition_sql(spark, schema, condition)
+    txn.set_operation("UPDATE", {"predicate": [sql] if sql else []})
+    check_append_only(txn, "UPDATE")
+    if not assignments:
+        raise InvalidInputError("UPDATE needs at least one SET assignment")
+    by_lower = {f.name.lower(): f for f in schema.fields}
+    values: dict[str, Column] = {}
+    for column, value in assignments.items():
+        field = by_lower.get(column.lower())
+        if field is None:
+            raise UnknownColumnError(column, [f.name for f in schema.fields], "SET")
+        values[field.name] = to_column(value).cast(field.dataType)
+    pred, _ = read_predicate(txn, sql, strict=isinstance(condition, str))
+
+    def plan(ctx: JobContext, staged: StagedFiles) -> None:
+        files = txn.scan(pred)
+        match = to_column(condition) if condition is not None else None
+        touched, adds, counts = rewrite_matching(spark, ctx, txn, files, match, values)
+        txn.add_metrics(numRemovedFiles=len(touched), numUpdatedRows=counts[0], numCopiedRows=counts[1])
+        stage_adds(txn, staged, adds)
+
+    return run_planned(spark, txn, "UPDATE", plan)
