@@ -42,6 +42,7 @@ __all__ = [
     "MergeScope",
     "begin_merge",
     "cardinality_error",
+    "check_aliases",
     "checks_cardinality",
     "choose_clause",
     "clause_cases",
