@@ -23,6 +23,7 @@ import pyarrow as pa
 from eventlog.errors import InvalidInputError, TableAlreadyExistsError, VersionNotFoundError
 from eventlog.files.enforce import conform
 from eventlog.files.schema import canonical_schema
+from eventlog.log.audit import audit_key_from_env
 from eventlog.log.commit import Commit
 from eventlog.log.commitlog import CommitLog, SlotsSpec, acquire_slots
 from eventlog.log.storage import LogStore
@@ -62,8 +63,15 @@ class Table:
         retry_policy: RetryPolicy | None = None,
         app_id: str | None = None,
         group_commit: bool = False,
+        audit_key: bytes | str | None = None,
     ) -> None:
-        self.commitlog = CommitLog(log, slots, published=snapshot.version if snapshot is not None else -1)
+        key = audit_key.encode() if isinstance(audit_key, str) else audit_key
+        self.commitlog = CommitLog(
+            log,
+            slots,
+            published=snapshot.version if snapshot is not None else -1,
+            audit_key=key if key is not None else audit_key_from_env(),
+        )
         self.retry_policy = retry_policy or DEFAULT_RETRY_POLICY
         self.app_id = app_id
         # Blind appends share version slots with concurrent ones (eventlog.txn.groupcommit).
@@ -87,8 +95,12 @@ class Table:
         description: str | None = None,
         retry_policy: RetryPolicy | None = None,
         app_id: str | None = None,
+        audit_key: bytes | str | None = None,
     ) -> Table:
         """Create a table as version 0, empty or holding ``data`` (CREATE TABLE AS SELECT).
+
+        ``audit_key`` (default ``$EVENTLOG_AUDIT_KEY``): HMAC every commit this handle
+        writes (:mod:`eventlog.log.audit`); commits are hash-chained either way.
 
         ``schema`` defaults to ``data``'s. TableAlreadyExistsError if a table is there.
         Two concurrent creators (or writers to an empty path): one wins, the other gets
@@ -98,7 +110,7 @@ class Table:
         log = _log_store(uri)
         name = check_optional_text(name, "table name")
         description = check_optional_text(description, "table description")
-        table = cls._with_slots(log, slots, retry_policy=retry_policy, app_id=app_id)
+        table = cls._with_slots(log, slots, retry_policy=retry_policy, app_id=app_id, audit_key=audit_key)
         store = table.slots
         latest = table.latest_version()
         if latest >= 0:
@@ -141,8 +153,12 @@ class Table:
         retry_policy: RetryPolicy | None = None,
         app_id: str | None = None,
         group_commit: bool = False,
+        audit_key: bytes | str | None = None,
     ) -> Table:
         """Open an existing table at its latest version. TableNotFoundError if absent.
+
+        ``audit_key`` (default ``$EVENTLOG_AUDIT_KEY``): HMAC every commit this handle
+        writes, and check HMACs in :meth:`verify`.
 
         ``group_commit``: let this handle's blind appends share a version with concurrent
         ones (:mod:`eventlog.txn.groupcommit`; any slot store, best with one that notifies
@@ -150,8 +166,9 @@ class Table:
         """
         log = _log_store(uri)
         table = cls._with_slots(
-            log, slots, retry_policy=retry_policy, app_id=app_id, group_commit=group_commit
-        )
+            log, slots, retry_policy=retry_policy, app_id=app_id, group_commit=group_commit,
+            audit_key=audit_key,
+        )  # fmt: skip
         try:
             table._snapshot = table._load(None)
             table.slots.bind(table.key, table._snapshot.table_id)
@@ -447,6 +464,15 @@ class Table:
         """Read the table (or a past version); ``filter`` is a SQL predicate."""
         snap = self.snapshot(version, timestamp=timestamp)
         return read_snapshot_rows(self.log.fs, self.log.root, snap, filter=filter, columns=columns)
+
+    @property
+    def audit_key(self) -> bytes | None:
+        """The key this handle HMACs its commits with (None: hash chain only)."""
+        return self.commitlog.audit_key
+
+    def commit_digest(self, version: int) -> str | None:
+        """SHA-256 of commit ``version``'s bytes: what the next commit chains to."""
+        return self.commitlog.commit_digest(version)
 
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
         """commitInfo of each version, newest first (Delta's DESCRIBE HISTORY)."""

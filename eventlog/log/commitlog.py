@@ -23,7 +23,8 @@ from typing import Any
 import orjson
 
 from eventlog.errors import CorruptLogError, SlotStoreError
-from eventlog.log.actions import ENGINE_INFO, ActionDecodeError, CommitInfo, decode_commit, encode_commit
+from eventlog.log.actions import ENGINE_INFO, ActionDecodeError, CommitInfo, decode_commit
+from eventlog.log.audit import chain_commit, digest
 from eventlog.log.commit import Commit
 from eventlog.log.storage import LogStore
 from lockstore import (
@@ -82,11 +83,15 @@ def _release_quietly(release: Callable[[], None], uri: str) -> None:
 class CommitLog:
     """Commits of one table: reading, caching, latest version, publishing, repair."""
 
-    def __init__(self, log: LogStore, slots: SlotStore, *, published: int = -1) -> None:
+    def __init__(
+        self, log: LogStore, slots: SlotStore, *, published: int = -1, audit_key: bytes | None = None
+    ) -> None:
         self.log = log
         self.slots = slots
+        self.audit_key = audit_key  # HMACs each commit it writes (eventlog.log.audit)
         self._published = published  # versions known to be published (a watermark)
         self._commits: OrderedDict[int, Commit] = OrderedDict()
+        self._digests: OrderedDict[int, str] = OrderedDict()  # SHA-256 of commit files' bytes
         self._lock = threading.RLock()
         self._release: Callable[[], object] | None = None
 
@@ -120,6 +125,33 @@ class CommitLog:
         with self._lock:
             self._cache(commit)
             self._published = max(self._published, commit.version)
+
+    def commit_digest(self, version: int) -> str | None:
+        """SHA-256 of commit ``version``'s file bytes (what the next commit chains to), from
+        the cache of commits this process read or published, else read; None below 0."""
+        if version < 0:
+            return None
+        with self._lock:
+            known = self._digests.get(version)
+        if known is not None:
+            return known
+        data = self.log.read_commit(version)
+        if data is None:
+            raise CorruptLogError(
+                f"{self.uri}: the commit log has a gap: version {version} is missing",
+                uri=self.uri,
+                version=version,
+            )
+        return self._note_digest(version, data)
+
+    def _note_digest(self, version: int, data: bytes) -> str:
+        value = digest(data)
+        with self._lock:
+            self._digests[version] = value
+            self._digests.move_to_end(version)
+            while len(self._digests) > _COMMIT_CACHE_SIZE:
+                self._digests.popitem(last=False)
+        return value
 
     def latest_version(self, claimed: int | None = None) -> int:
         """Latest version: finishes claimed-but-unpublished slots, then probes the log.
@@ -190,6 +222,8 @@ class CommitLog:
                 return
             data = self._repair_commit(version, record)
         published = self.log.publish(version, record.claim.staged, data)
+        if published:
+            self._note_digest(version, data)
         fresh_live_owner = hot and (
             not published
             or (record.age < RECOVERY_MARK_AGE and self.slots.owner_alive(self.key, version) is True)
@@ -262,7 +296,7 @@ class CommitLog:
             txn_id=str(uuid.uuid4()),
             engine_info=ENGINE_INFO,
         )
-        return encode_commit([info])
+        return chain_commit([info], self.commit_digest(version - 1), self.audit_key)
 
     def publish_claimed(self, version: int, staged_name: str, data: bytes, txn_id: str) -> bool:
         """Make a version this process claimed visible (idempotent with recovery).
@@ -283,6 +317,7 @@ class CommitLog:
                     txn_id,
                 )
                 return False
+        self._note_digest(version, data)
         self.slots.mark_complete(self.key, version)
         return True
 
@@ -312,6 +347,7 @@ class CommitLog:
                 uri=self.uri,
                 version=version,
             )
+        self._note_digest(version, data)
         try:
             commit = Commit(version, tuple(decode_commit(data)))
         except ActionDecodeError as exc:

@@ -27,7 +27,8 @@ from pyroaring import AbstractBitMap64
 from eventlog.files.datafiles import delete_files
 from eventlog.files.deletion_vectors import dv_file_path
 from eventlog.files.scan import file_deletes
-from eventlog.log.actions import Action, AddFile, CommitInfo, RemoveFile, encode_commit
+from eventlog.log.actions import Action, AddFile, CommitInfo, RemoveFile
+from eventlog.log.audit import chain_commit
 from eventlog.log.commit import Commit
 from eventlog.log.storage import LogStore
 from eventlog.snapshot import Snapshot
@@ -71,6 +72,9 @@ class CommitTarget(Protocol):
     retry_policy: RetryPolicy
     group_commit: bool
 
+    @property
+    def audit_key(self) -> bytes | None: ...
+    def commit_digest(self, version: int) -> str | None: ...
     def refresh(self) -> Snapshot: ...
     def snapshot(self, version: int | None = None) -> Snapshot: ...
     def latest_version(self, claimed: int | None = None) -> int: ...
@@ -128,8 +132,11 @@ class CommitAttempt:
         # queued for group commit): the files it wrote must then be kept.
         self.may_still_land = False
 
-    def bytes(self) -> bytes:
-        return encode_commit([self.info, *self.body])
+    def bytes(self, version: int) -> bytes:
+        """The commit file's bytes for ``version``: chained to version-1's hash
+        (:mod:`eventlog.log.audit`), so a commit re-staged for another version changes."""
+        prev = self.target.commit_digest(version - 1)
+        return chain_commit([self.info, *self.body], prev, self.target.audit_key)
 
     def _winner_bitmaps(self, commit: Commit) -> dict[str, AbstractBitMap64]:
         """DV bitmaps of a winner's files that row-level resolution compares with ours."""

@@ -17,6 +17,7 @@ from eventlog.errors import (
     EventlogError,
     SlotStoreError,
 )
+from eventlog.log.actions import decode_commit
 from eventlog.log.commit import Commit
 from eventlog.txn.attempt import CommitAttempt, CommitResult
 from lockstore import SlotClaim, SlotStoreUnavailableError, default_owner
@@ -36,9 +37,7 @@ class CommitLoop:
         attempt, table, policy = self.attempt, self.table, self.policy
         log_store, slots, key = table.log, table.slots, table.key
         timer = attempt.timer
-        data = attempt.bytes()
-        with timer.phase("stage"):
-            log_store.stage(attempt.staged_name, data)
+        data = b""  # what is staged: the commit for the version claimed last
         started = policy.clock()
         checked = attempt.read_version
         attempts = 0
@@ -63,14 +62,18 @@ class CommitLoop:
                     latest = checked if attempts == 0 else table.latest_version()
                     if latest > checked:
                         with timer.phase("check"):
-                            rebased = attempt.check_winners(table.commits_between(checked + 1, latest))
-                        if rebased:
-                            data = attempt.bytes()
-                            with timer.phase("stage"):
-                                log_store.stage(attempt.staged_name, data)
+                            attempt.check_winners(table.commits_between(checked + 1, latest))
                         checked = latest
                     version = latest + 1
                     attempt.last_version = version
+                    # The bytes chain to version-1's hash: stage again whenever they change
+                    # (another version, or a rebase). Never while a claim is in doubt: its
+                    # slot names this staged file (``unknown`` is resolved above first).
+                    fresh = attempt.bytes(version)
+                    if fresh != data:
+                        with timer.phase("stage"):
+                            log_store.stage(attempt.staged_name, fresh)
+                        data = fresh
                     attempts += 1
                     try:
                         with timer.phase("claim"):
@@ -137,5 +140,5 @@ class CommitLoop:
             return None  # a writer outside the slot store took this version: retry above it
         table.log.delete_staged(attempt.staged_name)
         attempt.drop_unreferenced()
-        table.note_committed(Commit(version, (attempt.info, *attempt.body)))
+        table.note_committed(Commit(version, tuple(decode_commit(data))))
         return attempt.result(version, attempts)

@@ -67,8 +67,8 @@ from eventlog.log.actions import (
     CommitInfo,
     SetTransaction,
     decode_commit,
-    encode_commit,
 )
+from eventlog.log.audit import chain_commit
 from eventlog.log.commit import GROUP_FIELD, Commit, member_txn_ids
 from eventlog.txn.attempt import CommitAttempt, CommitResult
 from eventlog.txn.conflicts import TransactionSummary, WinningCommit
@@ -237,7 +237,8 @@ class GroupCommitLoop:
         attempt.staged_name = self.queued.name
         timer = attempt.timer
         with timer.phase("stage"):
-            table.log.stage(attempt.staged_name, attempt.bytes(), atomic=True)
+            # chained for the version it first hopes for; a leader re-chains it if needed
+            table.log.stage(attempt.staged_name, attempt.bytes(self.checked + 1), atomic=True)
         started = policy.clock()
         last_error: BaseException | None = None
         progress = policy.clock()  # when the latest version last moved (or we arrived)
@@ -339,7 +340,7 @@ class GroupCommitLoop:
         if len(members) == 1:
             actions: list[Action] = [attempt.info, *attempt.body]
             claim = SlotClaim(self.txn_id, attempt.staged_name, default_owner(table.app_id))
-            data = encode_commit(actions)
+            data = attempt.bytes(version)
             if data != table.log.read_staged(attempt.staged_name):
                 # Rebased since it was queued: the queued file is never rewritten (a leader
                 # may be reading it), so the rebased commit is staged under a new name.
@@ -354,7 +355,7 @@ class GroupCommitLoop:
                 timestamp=max(int(time.time() * 1000), (previous or 0) + 1),
                 read_version=latest,
             )
-            data = encode_commit(actions)
+            data = chain_commit(actions, table.commit_digest(version - 1), table.audit_key)
             ids = tuple(m.txn_id for m in members)
             claim = SlotClaim(group_id, f"group-{group_id}.json", default_owner(table.app_id), ids)
             table.log.stage(claim.staged, data)
@@ -381,7 +382,7 @@ class GroupCommitLoop:
             table.log.delete_staged(member.queued.name)
         if claim.staged != self.attempt.staged_name:
             table.log.delete_staged(claim.staged)
-        table.note_committed(Commit(version, tuple(actions)))
+        table.note_committed(Commit(version, tuple(decode_commit(data))))
         return self._done(version)
 
     def _after_unknown_claim(self, version: int, claim: SlotClaim) -> CommitResult | None:

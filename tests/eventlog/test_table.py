@@ -273,7 +273,7 @@ def test_claimed_but_unpublished_slot_is_recovered_by_readers(local_uri: str) ->
     from eventlog.txn.attempt import CommitAttempt
 
     loop = CommitAttempt(dead.table, dead.pending())
-    data = loop.bytes()
+    data = loop.bytes(2)
     t.log.stage(loop.staged_name, data)
     slots = LocalFileSlotStore(os.path.join(local_uri, "_eventlog", "slots"))
     assert slots.claim(t.key, 2, SlotClaim(dead.txn_id, loop.staged_name))

@@ -88,7 +88,7 @@ def test_vacuum_publishes_a_claimed_commit_before_deleting_old_staged_files(loca
     dead = Table.open(local_uri).transaction()
     dead.append(rows([2]))
     loop = CommitAttempt(dead.table, dead.pending())
-    t.log.stage(loop.staged_name, loop.bytes())
+    t.log.stage(loop.staged_name, loop.bytes(2))
     slots = LocalFileSlotStore(os.path.join(local_uri, "_eventlog", "slots"))
     assert slots.claim(t.key, 2, SlotClaim(dead.txn_id, loop.staged_name))
     _age(Path(t.log.staged_path(loop.staged_name)), 2 * WEEK)
