@@ -155,6 +155,9 @@ class SlotClaim:
     owner: Mapping[str, str] = field(default_factory=default_owner)
     # Group commits: the transaction ids the slot's commit carries (``txn_id`` is the group's).
     members: tuple[str, ...] = ()
+    # The content hash of the commit the claim grants (eventlog's tamper-evidence anchor: the
+    # slot store keeps it outside the table's storage, so a rewritten log no longer matches).
+    digest: str | None = None
 
     def covers(self, txn_id: str) -> bool:
         """Whether this claim commits transaction ``txn_id`` (itself or as a group member)."""
@@ -164,12 +167,21 @@ class SlotClaim:
         out: dict[str, Any] = {"txn_id": self.txn_id, "staged": self.staged, "owner": dict(self.owner)}
         if self.members:
             out["members"] = list(self.members)
+        if self.digest is not None:
+            out["digest"] = self.digest
         return out
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> SlotClaim:
         members = tuple(str(m) for m in d.get("members") or ())
-        return SlotClaim(str(d["txn_id"]), str(d["staged"]), dict(d.get("owner") or {}), members)
+        digest = d.get("digest")
+        return SlotClaim(
+            str(d["txn_id"]),
+            str(d["staged"]),
+            dict(d.get("owner") or {}),
+            members,
+            str(digest) if digest is not None else None,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ __all__ = [
     "AUDIT_FIELD",
     "AUDIT_KEY_ENV",
     "AuditFields",
+    "anchor",
     "audit_key_from_env",
     "chain_commit",
     "digest",
@@ -57,6 +58,12 @@ def audit_key_from_env() -> bytes | None:
 
 def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def anchor(data: bytes) -> str | None:
+    """What a slot claim records for a chained commit: its content hash (None: unchained)."""
+    fields = read_audit(data)
+    return fields.hash if fields is not None else None
 
 
 def chain_commit(actions: Sequence[Action], prev: str | None, key: bytes | None = None) -> bytes:

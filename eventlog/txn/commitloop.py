@@ -18,6 +18,7 @@ from eventlog.errors import (
     SlotStoreError,
 )
 from eventlog.log.actions import decode_commit
+from eventlog.log.audit import anchor
 from eventlog.log.commit import Commit
 from eventlog.txn.attempt import CommitAttempt, CommitResult
 from lockstore import SlotClaim, SlotStoreUnavailableError, default_owner
@@ -77,9 +78,8 @@ class CommitLoop:
                     attempts += 1
                     try:
                         with timer.phase("claim"):
-                            granted = slots.claim(
-                                key, version, SlotClaim(attempt.txn_id, attempt.staged_name, owner)
-                            )
+                            claim = SlotClaim(attempt.txn_id, attempt.staged_name, owner, digest=anchor(data))
+                            granted = slots.claim(key, version, claim)
                     except SlotStoreUnavailableError:
                         unknown = version
                         raise

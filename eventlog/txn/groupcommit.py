@@ -68,7 +68,7 @@ from eventlog.log.actions import (
     SetTransaction,
     decode_commit,
 )
-from eventlog.log.audit import chain_commit
+from eventlog.log.audit import anchor, chain_commit
 from eventlog.log.commit import GROUP_FIELD, Commit, member_txn_ids
 from eventlog.txn.attempt import CommitAttempt, CommitResult
 from eventlog.txn.conflicts import TransactionSummary, WinningCommit
@@ -339,8 +339,10 @@ class GroupCommitLoop:
         self.attempts += 1
         if len(members) == 1:
             actions: list[Action] = [attempt.info, *attempt.body]
-            claim = SlotClaim(self.txn_id, attempt.staged_name, default_owner(table.app_id))
             data = attempt.bytes(version)
+            claim = SlotClaim(
+                self.txn_id, attempt.staged_name, default_owner(table.app_id), digest=anchor(data)
+            )
             if data != table.log.read_staged(attempt.staged_name):
                 # Rebased since it was queued: the queued file is never rewritten (a leader
                 # may be reading it), so the rebased commit is staged under a new name.
@@ -357,7 +359,9 @@ class GroupCommitLoop:
             )
             data = chain_commit(actions, table.commit_digest(version - 1), table.audit_key)
             ids = tuple(m.txn_id for m in members)
-            claim = SlotClaim(group_id, f"group-{group_id}.json", default_owner(table.app_id), ids)
+            claim = SlotClaim(
+                group_id, f"group-{group_id}.json", default_owner(table.app_id), ids, digest=anchor(data)
+            )
             table.log.stage(claim.staged, data)
         try:
             with attempt.timer.phase("claim"):
