@@ -50,6 +50,7 @@ from eventlog.snapshot import Snapshot
 from eventlog.table import Table
 from spark_adapter.reader import DEFAULT_MAX_PARTITION_BYTES, EventlogReader, PruningReader, ScanSource
 from spark_adapter.stream_reader import EventlogStreamReader
+from spark_adapter.stream_writer import EventlogStreamWriter, create_stream_writer
 from spark_adapter.types import arrow_to_spark_schema, option, option_bool, option_int, table_uri
 from spark_adapter.writer import EventlogWriter, plan_write
 
@@ -93,6 +94,11 @@ class EventlogDataSource(DataSource):  # type: ignore[misc]
         """``spark.readStream.format("eventlog")``: see :mod:`spark_adapter.stream_reader`.
         The stream reads with the metadata of the version ``schema()`` pinned."""
         return EventlogStreamReader(self.options, schema, read_version=getattr(self, "_pinned_version", None))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> EventlogStreamWriter:
+        """``df.writeStream.format("eventlog")``: see :mod:`spark_adapter.stream_writer`
+        (append and complete output modes; ``overwrite`` is complete mode)."""
+        return create_stream_writer(self.options, schema, overwrite)
 
     def _snapshot(self, pinned: int | None = None) -> Snapshot:
         """The snapshot a read sees: ``pinned``, else the time-travel options, else latest."""

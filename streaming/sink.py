@@ -75,7 +75,7 @@ from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE, delete_files, wri
 from eventlog.files.enforce import conform, merge_schema
 from eventlog.files.schema import canonical_schema, from_spark_schema_json, to_spark_schema_json
 from eventlog.log.actions import Action, AddFile, CommitInfo, Metadata
-from eventlog.log.commit import Commit
+from eventlog.log.commit import GROUP_FIELD, Commit
 from eventlog.log.storage import LogStore
 from eventlog.ops.alter import APPEND_ONLY_KEY, TARGET_FILE_SIZE_KEY, change_schema
 from eventlog.ops.common import check_append_only
@@ -101,6 +101,7 @@ __all__ = [
     "abort_batch",
     "batch_file_prefix",
     "commit_batch",
+    "latest_run",
     "parse_batch_file_name",
     "plan_batch",
     "write_batch_files",
@@ -111,7 +112,6 @@ log = logging.getLogger("streaming.sink")
 STREAMING_FIELD = "eventlog.streaming"  # commitInfo field: {queryId, runId, batchId, appId}
 STREAMING_OPERATION = "STREAMING UPDATE"  # Delta's operation name for streaming sink commits
 UNKNOWN = "unknown"
-_GROUP_FIELD = "eventlog.groupCommit"  # eventlog.txn.groupcommit's member list (not exported there)
 
 # Arrow bytes a task buffers before writing them out (as the batch writer does).
 _FLUSH_BYTES = 128 * 1024 * 1024
@@ -400,7 +400,7 @@ def commit_run(commit: Commit, query_id: str) -> str | None:
         run = field.get("runId")
         return str(run) if run is not None else None
     entries = [dict(info.operation_parameters)]
-    group = info.extra.get(_GROUP_FIELD)
+    group = info.extra.get(GROUP_FIELD)
     if isinstance(group, list):
         entries += [dict(e.get("operationParameters") or {}) for e in group if isinstance(e, Mapping)]
     for params in entries:
@@ -445,6 +445,18 @@ def previous_run_commit(table: Table, app_id: str, upto: int, *, query_id: str, 
         if seen >= _OTHER_RUN_COMMITS:
             return None
     return None
+
+
+def latest_run(uri: str, *, query_id: str, app_id: str | None = None, slots: str | None = None) -> str | None:
+    """The run id recorded by the latest sink commit of ``query_id`` (its app id), or None
+    (no such commit, or the table cannot be read): names a checkpoint's owner in errors."""
+    try:
+        with Table.open(uri, slots=slots) as table:
+            commit = last_app_commit(table, app_id or query_id, table.version)
+            return commit_run(commit, query_id) if commit is not None else None
+    except Exception as exc:
+        log.debug("no run id of query %s in %s: %r", query_id, uri, exc)
+        return None
 
 
 def _first_change(table: Table, base: Snapshot, latest: Snapshot) -> Commit | None:

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,8 +20,17 @@ import pytest
 from eventlog import ConcurrentTransactionException, MetadataChangedException, Table
 from eventlog.errors import InvalidInputError, SchemaMismatchError
 from eventlog.log.actions import Protocol
+from lockstore import LocalFileSlotStore
 from streaming import compaction
 from streaming.compaction import AUTO_COMPACT_KEY, CompactionOutcome
+from streaming.ownership import (
+    StoreLocator,
+    acquire_checkpoint,
+    claim_checkpoint,
+    lease_name,
+    process_start_token,
+    verify_checkpoint,
+)
 from streaming.sink import (
     STREAMING_FIELD,
     STREAMING_OPERATION,
@@ -254,6 +267,94 @@ def test_two_runs_racing_for_one_batch_fail_the_loser(local_uri: str) -> None:
     with pytest.raises(ConcurrentTransactionException, match="same checkpoint"):
         commit_batch(plan, [files], query_id=QUERY, run_id="run-1", batch_id=1)
     assert ids(local_uri) == [0, 1]
+
+
+# --------------------------------------------------------------------------- checkpoint leases
+
+SAME_CHECKPOINT = "several streaming queries are using the same checkpoint"
+
+
+def test_a_second_query_on_a_held_checkpoint_fails_naming_the_owner(tmp_path: Path) -> None:
+    checkpoint = str(tmp_path / "checkpoint")
+    first = acquire_checkpoint(
+        LocalFileSlotStore(tmp_path / "slots"), checkpoint, query_id=QUERY, run_id="run-1", table="t"
+    )
+    with pytest.raises(ConcurrentTransactionException, match=SAME_CHECKPOINT) as err:
+        acquire_checkpoint(
+            LocalFileSlotStore(tmp_path / "slots"),
+            checkpoint + "/",
+            query_id=QUERY,
+            run_id="run-2",
+            table="t",
+        )
+    text = str(err.value)
+    for part in (QUERY, "run run-1", f"host {socket.gethostname()}", f"pid {os.getpid()}", checkpoint):
+        assert part in text
+    assert err.value.winning_commit_info["checkpointLease"]["info"]["runId"] == "run-1"
+    first.release()
+    acquire_checkpoint(
+        LocalFileSlotStore(tmp_path / "slots"), checkpoint, query_id=QUERY, run_id="run-2", table="t"
+    ).release()
+
+
+def test_lease_names_normalise_the_checkpoint_location(tmp_path: Path) -> None:
+    assert (
+        lease_name(str(tmp_path / "c"))
+        == lease_name(f"file://{tmp_path}/c/")
+        == lease_name(f"file:{tmp_path}/x/../c")
+    )
+    assert lease_name("s3://bucket/c/") == lease_name("s3://bucket/c") != lease_name("s3://bucket/d")
+
+
+def _wait_until(condition: Callable[[], bool], seconds: float = 15.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_an_applications_lease_lives_as_long_as_its_driver(tmp_path: Path) -> None:
+    """The holder process (how Spark queries hold the lease): same application goes on,
+    another is refused naming the owner, the driver's SIGKILL frees the checkpoint."""
+    store = LocalFileSlotStore(tmp_path / "slots")
+    locator = StoreLocator.of(store, None)
+    assert locator is not None
+    checkpoint = str(tmp_path / "checkpoint")
+    name = lease_name(checkpoint)
+    driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        token = process_start_token(driver.pid)
+        owner = claim_checkpoint(
+            store, locator, checkpoint, app="app-A", table="t", watch_pid=driver.pid, watch_token=token,
+            info={"queryId": QUERY, "driverPid": str(driver.pid)},
+        )  # fmt: skip
+        assert owner.pid not in (os.getpid(), driver.pid)  # a holder process of its own
+        assert store.lease_owner(name) == owner
+        again = claim_checkpoint(
+            store, locator, checkpoint, app="app-A", table="t", watch_pid=driver.pid, watch_token=token
+        )
+        assert again == owner  # a restarted query of the same application goes on
+        assert verify_checkpoint(store, checkpoint, app="app-A", table="t") == owner
+        with pytest.raises(ConcurrentTransactionException, match=SAME_CHECKPOINT) as err:
+            claim_checkpoint(
+                store, locator, checkpoint, app="app-B", table="t", watch_pid=os.getpid(), watch_token=None,
+                run_hint=lambda o: "run-7 (of its latest committed batch)",
+            )  # fmt: skip
+        assert f"query {QUERY}, run run-7" in str(err.value)
+        assert f"pid {owner.pid} (driver pid {driver.pid})" in str(err.value)
+        with pytest.raises(ConcurrentTransactionException, match=SAME_CHECKPOINT):
+            verify_checkpoint(store, checkpoint, app="app-B", table="t")
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=10)
+    _wait_until(lambda: store.lease_owner(name) is None)
+    taken = claim_checkpoint(
+        store, locator, checkpoint, app="app-B", table="t", watch_pid=os.getpid(),
+        watch_token=process_start_token(os.getpid()),
+    )  # fmt: skip
+    assert taken.info["app"] == "app-B"
+    os.kill(taken.pid, signal.SIGTERM)  # the holder releases on SIGTERM
+    _wait_until(lambda: store.lease_owner(name) is None)
 
 
 # --------------------------------------------------------------------------- auto-compaction
