@@ -29,6 +29,7 @@ from eventlog.errors import (
     TableNotFoundError,
     UnknownColumnError,
 )
+from eventlog.log.verify import VerifyReport
 from eventlog.ops.transaction import Transaction
 from eventlog.snapshot import Snapshot
 from eventlog.snapshot.isolation import IsolationLevel
@@ -67,6 +68,7 @@ __all__ = [
     "TableNotFoundError",
     "Transaction",
     "UnknownColumnError",
+    "VerifyReport",
     "VersionChange",
     "write_table",
 ]

@@ -27,6 +27,8 @@ from eventlog.log.audit import audit_key_from_env
 from eventlog.log.commit import Commit
 from eventlog.log.commitlog import CommitLog, SlotsSpec, acquire_slots
 from eventlog.log.storage import LogStore
+from eventlog.log.verify import VerifyReport
+from eventlog.log.verify import verify as verify_log
 from eventlog.ops.alter import (
     DEFAULT_DELETED_FILE_RETENTION,
     DELETED_FILE_RETENTION_KEY,
@@ -342,7 +344,8 @@ class Table:
             snap.properties.get(DELETED_FILE_RETENTION_KEY, DEFAULT_DELETED_FILE_RETENTION)
         )
         horizon = int(time.time() * 1000) - retention
-        return write_snapshot_checkpoint(self.log, snap, tombstone_horizon_ms=horizon)
+        head = self.commitlog.commit_digest(snap.version)
+        return write_snapshot_checkpoint(self.log, snap, tombstone_horizon_ms=horizon, chain_head=head)
 
     # ------------------------------------------------------------------ operations
 
@@ -486,6 +489,15 @@ class Table:
         version; ReplayMismatchError if the fold and the table's snapshot ever differ."""
         self.refresh()
         return replay(self.commitlog, to_version)
+
+    def verify(
+        self, key: bytes | str | None = None, *, progress: Callable[[int, int], None] | None = None
+    ) -> VerifyReport:
+        """Check the log's hash chain, its slot anchors and (with a key: this handle's audit
+        key or ``key``) its HMACs; the report names the first version that was edited,
+        removed, inserted or reordered, or a truncated tail (:mod:`eventlog.log.verify`)."""
+        audit_key = key.encode() if isinstance(key, str) else key
+        return verify_log(self.commitlog, audit_key if audit_key is not None else self.audit_key, progress)
 
     def diff(self, from_version: int, to_version: int | None = None, *, rows: bool = False) -> TableDiff:
         """Files (and with ``rows=True`` the rows) added and removed between two versions."""

@@ -151,6 +151,10 @@ class CheckpointState:
     removes: Sequence[RemoveFile]
     txns: Sequence[SetTransaction]
     domains: Sequence[DomainMetadata]
+    # SHA-256 of commit ``version``'s bytes (the head of the tamper-evidence chain), kept in
+    # the Parquet footer's key-value metadata, which Delta readers ignore; verification
+    # continues from it after older commits are cleaned up (eventlog.log.verify).
+    chain_head: str | None = None
 
 
 def checkpoint_path(log_dir: str, version: int) -> str:
@@ -278,6 +282,21 @@ def _put(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
         raise
 
 
+CHAIN_HEAD_KEY = b"eventlog.chainHead"
+
+
+def read_chain_head(fs: fsspec.AbstractFileSystem, log_dir: str, version: int) -> str | None:
+    """The chain head a single-file checkpoint at ``version`` carries (footer only), or None."""
+    path = checkpoint_path(log_dir, version)
+    try:
+        with fs.open(path, "rb") as f:
+            metadata = pq.read_schema(f).metadata or {}
+    except FileNotFoundError:
+        return None
+    value = metadata.get(CHAIN_HEAD_KEY)
+    return value.decode() if value is not None else None
+
+
 def write_checkpoint(fs: fsspec.AbstractFileSystem, log_dir: str, state: CheckpointState) -> int:
     """Write the checkpoint for ``state.version`` and point ``_last_checkpoint`` at it.
 
@@ -287,6 +306,10 @@ def write_checkpoint(fs: fsspec.AbstractFileSystem, log_dir: str, state: Checkpo
     if state.version < 0:
         raise ValueError(f"checkpoint version must be >= 0, got {state.version}")
     table = _build_table(state)
+    if state.chain_head is not None:
+        table = table.replace_schema_metadata(
+            {**(table.schema.metadata or {}), CHAIN_HEAD_KEY: state.chain_head}
+        )
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="snappy")
     data = sink.getvalue().to_pybytes()

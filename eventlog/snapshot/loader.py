@@ -111,7 +111,9 @@ def checkpoint_due(snapshot: Snapshot) -> bool:
     return interval > 0 and snapshot.version > 0 and snapshot.version % interval == 0
 
 
-def write_snapshot_checkpoint(log: LogStore, snapshot: Snapshot, *, tombstone_horizon_ms: int) -> int:
+def write_snapshot_checkpoint(
+    log: LogStore, snapshot: Snapshot, *, tombstone_horizon_ms: int, chain_head: str | None = None
+) -> int:
     """Write a Delta checkpoint of ``snapshot``; returns its version.
 
     Tombstones deleted before ``tombstone_horizon_ms`` are dropped (they are past the
@@ -128,6 +130,7 @@ def write_snapshot_checkpoint(log: LogStore, snapshot: Snapshot, *, tombstone_ho
         removes=live_tombstones,
         txns=tuple(snapshot.txns.values()),
         domains=tuple(snapshot.domains.values()),
+        chain_head=chain_head,
     )
     write_checkpoint(log.fs, log.log_dir, state)
     return snapshot.version

@@ -1,0 +1,198 @@
+"""Tamper evidence: an intact log verifies; every kind of tampering is named at its version."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import deltalake
+import pyarrow as pa
+import pytest
+
+from eventlog import Table, VerifyReport
+from eventlog.log.actions import decode_commit
+from eventlog.log.audit import AUDIT_FIELD, chain_commit, digest, read_audit, recompute
+from tests.conftest import SCHEMA, rows
+
+KEY = b"audit-secret"
+
+
+def _table(tmp_path: Path, n: int = 6, **kw: object) -> Table:
+    t = Table.create(str(tmp_path / "t"), SCHEMA, properties={"delta.checkpointInterval": "4"}, **kw)  # type: ignore[arg-type]
+    for i in range(1, n):
+        t.append(rows([i]))
+    t.delete("id = 2")
+    return t
+
+
+def _path(t: Table, v: int) -> Path:
+    return Path(t.uri) / "_delta_log" / f"{v:020d}.json"
+
+
+def _rechain(t: Table, first: int, key: bytes | None = None) -> None:
+    """What someone who can rewrite storage does: recompute every hash from ``first`` on."""
+    last = t.latest_version()
+    for v in range(first, last + 1):
+        prev = digest(_path(t, v - 1).read_bytes()) if v > 0 else None
+        actions = decode_commit(_path(t, v).read_bytes())
+        _path(t, v).write_bytes(chain_commit(actions, prev, key))
+
+
+def _tamper(data: bytes) -> bytes:
+    """One file's row count changed in its statistics (an edit a reader would trust)."""
+    out = data.replace(b'\\"numRecords\\":1', b'\\"numRecords\\":7', 1)
+    assert out != data
+    return out
+
+
+def _verify(t: Table, key: bytes | None = None) -> VerifyReport:
+    """Verify through a fresh handle that has not read the log (reading would try to finish
+    or repair what the tampering left behind)."""
+    return Table.handle(t.uri).verify(key)
+
+
+def test_an_intact_log_verifies_with_its_anchors(tmp_path: Path) -> None:
+    t = _table(tmp_path)
+    report = _verify(t)
+    assert report.ok and report.problem is None and report.first_bad_version is None
+    assert (report.checked_from, report.chained_from) == (0, 0)
+    assert report.versions_checked == report.anchors_checked == t.version + 1
+    fields = read_audit(_path(t, 3).read_bytes())
+    assert fields is not None and fields.prev == digest(_path(t, 2).read_bytes())
+    info = t.history(1)[0]
+    assert set(info[AUDIT_FIELD]) == {"prev", "hash"}  # Delta readers see an ignorable field
+
+
+def test_deltalake_still_reads_the_chained_table(tmp_path: Path) -> None:
+    t = _table(tmp_path)
+    got = deltalake.DeltaTable(t.uri).to_pyarrow_table().column("id").to_pylist()
+    assert sorted(got) == [1, 3, 4, 5]
+
+
+def test_an_edited_commit_is_named(tmp_path: Path) -> None:
+    t = _table(tmp_path)
+    data = _path(t, 3).read_bytes()
+    _path(t, 3).write_bytes(_tamper(data))
+    report = _verify(t)
+    assert (report.ok, report.problem, report.first_bad_version) == (False, "edited", 3)
+
+
+def test_a_recomputed_chain_is_caught_by_the_slot_anchors(tmp_path: Path) -> None:
+    t = _table(tmp_path)
+    data = _path(t, 2).read_bytes()
+    _path(t, 2).write_bytes(_tamper(data))
+    _rechain(t, 2)
+    fields = read_audit(_path(t, 2).read_bytes())
+    assert fields is not None and recompute(_path(t, 2).read_bytes(), fields, None)[0] == fields.hash
+    report = _verify(t)
+    assert (report.problem, report.first_bad_version) == ("edited", 2)
+    assert "slot recorded" in (report.detail or "")
+
+
+def test_a_deleted_commit_is_named(tmp_path: Path) -> None:
+    t = _table(tmp_path)
+    os.remove(_path(t, 3))
+    report = _verify(t)
+    assert (report.problem, report.first_bad_version) == ("removed", 3)
+
+
+def test_a_removed_commit_with_the_rest_renumbered_is_named(tmp_path: Path) -> None:
+    t = _table(tmp_path)
+    last = t.version
+    os.remove(_path(t, 3))
+    for v in range(4, last + 1):
+        os.rename(_path(t, v), _path(t, v - 1))
+    report = _verify(t)
+    assert (report.problem, report.first_bad_version) == ("removed", 3)
+
+
+def test_an_inserted_commit_is_named(tmp_path: Path) -> None:
+    t = _table(tmp_path)
+    last = t.version
+    for v in range(last, 2, -1):
+        os.rename(_path(t, v), _path(t, v + 1))
+    _path(t, 3).write_bytes(_path(t, 2).read_bytes())
+    _rechain(t, 3)
+    report = _verify(t)
+    assert (report.problem, report.first_bad_version) == ("inserted", 3)
+
+
+def test_reordered_commits_are_named(tmp_path: Path) -> None:
+    t = _table(tmp_path)
+    a, b = _path(t, 2).read_bytes(), _path(t, 3).read_bytes()
+    _path(t, 2).write_bytes(b)
+    _path(t, 3).write_bytes(a)
+    report = _verify(t)
+    assert (report.problem, report.first_bad_version) == ("reordered", 2)
+
+
+def test_a_foreign_commit_after_the_chain_began_is_inserted(tmp_path: Path) -> None:
+    t = _table(tmp_path)
+    deltalake.write_deltalake(t.uri, rows([99]), mode="append")
+    report = _verify(t)
+    assert (report.problem, report.first_bad_version) == ("inserted", t.latest_version())
+
+
+def test_a_truncated_tail_is_named(tmp_path: Path) -> None:
+    t = _table(tmp_path)
+    last = t.version
+    os.remove(_path(t, last))
+    report = _verify(t)
+    assert (report.problem, report.first_bad_version) == ("truncated", last)
+
+
+def test_hmac_verification(tmp_path: Path) -> None:
+    t = _table(tmp_path, audit_key=KEY)
+    assert (read_audit(_path(t, 1).read_bytes()) or pytest.fail()).hmac is not None
+    assert _verify(t, KEY).ok and _verify(t, KEY).hmac_checked
+    wrong = _verify(t, b"other key")
+    assert (wrong.problem, wrong.first_bad_version) == ("edited", 0)
+    # Without the key, an edit with a recomputed hash keeps a stale HMAC: caught even
+    # where no slot anchor exists.
+    data = _path(t, 4).read_bytes()
+    edited = _tamper(data)
+    fields = read_audit(edited)
+    assert fields is not None
+    content, _ = recompute(edited, fields, None)
+    _path(t, 4).write_bytes(edited[: fields.hash_span[0]] + content.encode() + edited[fields.hash_span[1] :])
+    report = _verify(t, KEY)
+    assert (report.problem, report.first_bad_version) == ("edited", 4)
+
+
+def test_a_table_written_before_chaining_verifies_from_the_first_chained_commit(tmp_path: Path) -> None:
+    uri = str(tmp_path / "old")
+    deltalake.write_deltalake(uri, rows([1]))
+    deltalake.write_deltalake(uri, rows([2]), mode="append")
+    t = Table.open(uri)
+    t.append(rows([3]))
+    report = t.verify()
+    assert report.ok and report.chained_from == 2
+    assert any("predate the hash chain" in n for n in report.notes)
+
+
+def test_verification_continues_from_a_checkpoint_after_cleanup(tmp_path: Path) -> None:
+    t = _table(tmp_path, n=9)
+    t.checkpoint()
+    head = t.version
+    t.append(rows([50]))
+    for v in range(head + 1):
+        os.remove(_path(t, v))
+    report = _verify(t)
+    assert report.ok and report.checked_from == head + 1
+    assert any("cleaned up" in n for n in report.notes)
+    # The first retained commit must still follow the chain head the checkpoint carries.
+    data = json.loads(_path(t, head + 1).read_text().splitlines()[0])
+    assert data["commitInfo"][AUDIT_FIELD]["prev"] is not None
+    _path(t, head + 1).write_bytes(_path(t, head + 1).read_bytes())  # untouched: still ok
+    assert _verify(t).ok
+
+
+def test_group_commits_and_checkpoints_keep_the_chain(tmp_path: Path) -> None:
+    t = Table.create(str(tmp_path / "g"), SCHEMA)
+    g = Table.open(t.uri, group_commit=True)
+    for i in range(5):
+        g.append(rows([i]))
+    g.checkpoint()
+    g.append(pa.concat_tables([rows([10]), rows([11])]))
+    assert Table.open(t.uri).verify().ok
