@@ -24,6 +24,7 @@ from eventlog.errors import InvalidInputError, TableAlreadyExistsError, VersionN
 from eventlog.files.enforce import conform
 from eventlog.files.schema import canonical_schema
 from eventlog.log.audit import audit_key_from_env
+from eventlog.log.cleanup import cleanup_cutoff_ms, cleanup_expired_logs
 from eventlog.log.commit import Commit
 from eventlog.log.commitlog import CommitLog, SlotsSpec, acquire_slots
 from eventlog.log.storage import LogStore
@@ -32,7 +33,6 @@ from eventlog.log.verify import verify as verify_log
 from eventlog.ops.alter import (
     DEFAULT_DELETED_FILE_RETENTION,
     DELETED_FILE_RETENTION_KEY,
-    parse_interval_ms,
     validate_properties,
 )
 from eventlog.ops.common import to_arrow_table, write_rows
@@ -49,7 +49,7 @@ from eventlog.snapshot.replay import diff as diff_snapshots
 from eventlog.snapshot.timeline import commit_history, timestamp_ms, version_at
 from eventlog.txn.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from eventlog.txn.transaction import CommitResult
-from eventlog.userinput import check_local_path, check_optional_text, check_uri
+from eventlog.userinput import check_local_path, check_optional_text, check_uri, parse_interval_ms
 from lockstore import SlotStore
 
 
@@ -338,14 +338,22 @@ class Table:
             self.checkpoint(snap)
 
     def checkpoint(self, snapshot: Snapshot | None = None) -> int:
-        """Write a Delta checkpoint of ``snapshot`` (default: latest). Returns its version."""
+        """Write a Delta checkpoint of ``snapshot`` (default: latest). Returns its version.
+
+        Then, when ``eventlog.auditRetentionDuration`` is set, log files below the checkpoint
+        older than both it and ``delta.logRetentionDuration`` are deleted
+        (:mod:`eventlog.log.cleanup`); by default nothing is ever deleted."""
         snap = snapshot or self.refresh()
         retention = parse_interval_ms(
             snap.properties.get(DELETED_FILE_RETENTION_KEY, DEFAULT_DELETED_FILE_RETENTION)
         )
         horizon = int(time.time() * 1000) - retention
         head = self.commitlog.commit_digest(snap.version)
-        return write_snapshot_checkpoint(self.log, snap, tombstone_horizon_ms=horizon, chain_head=head)
+        version = write_snapshot_checkpoint(self.log, snap, tombstone_horizon_ms=horizon, chain_head=head)
+        cutoff = cleanup_cutoff_ms(snap.properties)
+        if cutoff is not None:
+            cleanup_expired_logs(self.log, version, cutoff)
+        return version
 
     # ------------------------------------------------------------------ operations
 

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 
 import pyarrow as pa
 
-from eventlog.errors import InvalidTextError
+from eventlog.errors import InvalidInputError, InvalidTextError
 
 MAX_NESTING_DEPTH = 32
 """Deepest nesting a SQL text may have: parentheses, brackets, ``CASE ... END`` and runs of
@@ -256,3 +256,20 @@ def preview(value: str, limit: int = 60) -> str:
     """``repr`` of a value, shortened (messages stay readable for megabyte inputs)."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 5] + "...'" + f" ({len(value)} chars)"
+
+
+_INTERVAL_UNITS_MS = {
+    "millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000,
+    "week": 7 * 86_400_000,
+}  # fmt: skip
+
+
+def parse_interval_ms(value: str) -> int:
+    """Delta's ``interval <n> <unit>`` durations (``interval 1 week``) in milliseconds, as
+    table properties hold them; InvalidInputError for anything else."""
+    parts = value.strip().lower().split()
+    if len(parts) == 3 and parts[0] == "interval" and parts[1].isdigit():
+        unit = parts[2].removesuffix("s")
+        if unit in _INTERVAL_UNITS_MS:
+            return int(parts[1]) * _INTERVAL_UNITS_MS[unit]
+    raise InvalidInputError(f"invalid interval {value!r}; expected e.g. 'interval 7 days'")

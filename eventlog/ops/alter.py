@@ -15,10 +15,11 @@ from eventlog.errors import (
 )
 from eventlog.files.schema import canonical_schema, to_spark_schema_json
 from eventlog.log.actions import Protocol
+from eventlog.log.cleanup import AUDIT_RETENTION_KEY
 from eventlog.snapshot.isolation import ISOLATION_LEVEL_KEY, IsolationLevel
 from eventlog.snapshot.protocol import DV_PROPERTY, upgrade
 from eventlog.txn.plan import Plan, PlanBuilder
-from eventlog.userinput import check_string_map
+from eventlog.userinput import check_string_map, parse_interval_ms
 
 APPEND_ONLY_KEY = "delta.appendOnly"
 TARGET_FILE_SIZE_KEY = "delta.targetFileSize"
@@ -26,21 +27,7 @@ _BOOL_PROPERTIES = (APPEND_ONLY_KEY, DV_PROPERTY)
 _INT_PROPERTIES = ("delta.checkpointInterval", TARGET_FILE_SIZE_KEY, "delta.dataSkippingNumIndexedCols")
 DELETED_FILE_RETENTION_KEY = "delta.deletedFileRetentionDuration"
 DEFAULT_DELETED_FILE_RETENTION = "interval 1 week"
-_INTERVAL_PROPERTIES = ("delta.logRetentionDuration", DELETED_FILE_RETENTION_KEY)
-_INTERVAL_UNITS_MS = {
-    "millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000,
-    "week": 7 * 86_400_000,
-}  # fmt: skip
-
-
-def parse_interval_ms(value: str) -> int:
-    """Delta's ``interval <n> <unit>`` durations (``interval 1 week``) in milliseconds."""
-    parts = value.strip().lower().split()
-    if len(parts) == 3 and parts[0] == "interval" and parts[1].isdigit():
-        unit = parts[2].removesuffix("s")
-        if unit in _INTERVAL_UNITS_MS:
-            return int(parts[1]) * _INTERVAL_UNITS_MS[unit]
-    raise InvalidInputError(f"invalid interval {value!r}; expected e.g. 'interval 7 days'")
+_INTERVAL_PROPERTIES = ("delta.logRetentionDuration", DELETED_FILE_RETENTION_KEY, AUDIT_RETENTION_KEY)
 
 
 # Features whose write rules are not implemented (yet): enabling them is refused rather

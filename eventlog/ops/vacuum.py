@@ -30,11 +30,11 @@ from eventlog.log.storage import LOG_DIR, STAGED_DIR, file_mtime_ms
 from eventlog.ops.alter import (
     DEFAULT_DELETED_FILE_RETENTION,
     DELETED_FILE_RETENTION_KEY,
-    parse_interval_ms,
 )
 from eventlog.snapshot import Snapshot
 from eventlog.txn.attempt import CommitTarget
 from eventlog.txn.transaction import dv_relative_path
+from eventlog.userinput import parse_interval_ms
 
 RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
 
