@@ -44,6 +44,7 @@ while children live. Per machine only: flock on network filesystems is not guara
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import errno
 import fcntl
@@ -75,8 +76,10 @@ from lockstore.base import (
 
 _SLOT = ".slot"
 _DONE = ".done"
-# Symlink targets may hold up to PATH_MAX (4096) bytes; stay well below it.
-_MAX_SYMLINK_PAYLOAD = 3000
+# A symlink target may hold up to PATH_MAX bytes, but one longer than NAME_MAX (255) makes
+# every stat() that follows the link fail with ENAMETOOLONG (pathlib's is_file() in a walk
+# of the table directory, for one): longer claims are written as regular files.
+_MAX_SYMLINK_PAYLOAD = 255
 _HINT = "_latest"
 _TABLE_ID = "_table_id"
 _TMP_PREFIX = ".tmp-"
@@ -248,7 +251,7 @@ class LocalFileSlotStore(SlotStore):
         if version < 0:
             raise ValueError(f"version must be >= 0, got {version}")
         payload = json.dumps(
-            {"claim": claim.to_dict(), "claimed_at": time.time()}, separators=(",", ":")
+            {"claim": _compact(claim.to_dict()), "claimed_at": round(time.time(), 3)}, separators=(",", ":")
         ).encode("utf-8")
         directory = self.table_dir(table)
         slot = os.path.join(directory, _slot_name(version))
@@ -352,7 +355,7 @@ class LocalFileSlotStore(SlotStore):
         try:
             data: dict[str, Any] = json.loads(raw)
             return SlotRecord(
-                version, SlotClaim.from_dict(data["claim"]), complete, float(data["claimed_at"])
+                version, SlotClaim.from_dict(_expand(data["claim"])), complete, float(data["claimed_at"])
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise LockstoreError(f"corrupt slot file {path}: {exc}") from exc
@@ -606,3 +609,23 @@ class LocalFileSlotStore(SlotStore):
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _compact(claim: dict[str, Any]) -> dict[str, Any]:
+    """A claim as a slot file holds it: a hex digest as base64 (43 characters instead of
+    64), which keeps a usual claim short enough to be one symlink."""
+    digest = claim.get("digest")
+    if isinstance(digest, str) and len(digest) == 64:
+        try:
+            raw = bytes.fromhex(digest)
+        except ValueError:
+            return claim
+        return {**claim, "digest": "b64:" + base64.urlsafe_b64encode(raw).decode().rstrip("=")}
+    return claim
+
+
+def _expand(claim: dict[str, Any]) -> dict[str, Any]:
+    digest = claim.get("digest")
+    if isinstance(digest, str) and digest.startswith("b64:"):
+        return {**claim, "digest": base64.urlsafe_b64decode(digest[4:] + "=").hex()}
+    return claim
