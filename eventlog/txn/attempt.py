@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Protocol
 
 from pyroaring import AbstractBitMap64
 
+from eventlog import metrics
+from eventlog.errors import DeltaConcurrentModificationException
 from eventlog.files.datafiles import delete_files
 from eventlog.files.deletion_vectors import dv_file_path
 from eventlog.files.scan import file_deletes
@@ -35,6 +38,8 @@ from eventlog.snapshot import Snapshot
 from eventlog.txn.conflicts import TransactionSummary, WinningCommit, check_conflicts
 from eventlog.txn.retry import RetryPolicy
 from lockstore import SlotStore
+
+log = logging.getLogger("eventlog.commit")
 
 __all__ = ["CommitAttempt", "CommitResult", "CommitTarget", "PendingCommit", "PhaseTimer"]
 
@@ -160,7 +165,25 @@ class CommitAttempt:
         """
         for commit in winners:
             winner = WinningCommit.of(commit, self._winner_bitmaps(commit))
-            self.summary = check_conflicts(self.summary, winner)
+            info = commit.commit_info
+            fields = {
+                "table": self.target.uri,
+                "txn_id": self.txn_id,
+                "winning_version": commit.version,
+                "winning_operation": info.operation if info is not None else None,
+            }
+            try:
+                self.summary = check_conflicts(self.summary, winner)
+            except DeltaConcurrentModificationException as exc:
+                log.warning(
+                    "commit conflict with version %s: %s",
+                    commit.version,
+                    type(exc).__name__,
+                    extra={**fields, "exception": type(exc).__name__},
+                )
+                metrics.observe_conflict(exc)
+                raise
+            log.info("rebased on winning commit %s", commit.version, extra=fields)
         rebuilt = self._rebuild_if_rebased()
         return self._rebase_timestamp(winners) or rebuilt
 

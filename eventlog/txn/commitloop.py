@@ -87,9 +87,15 @@ class CommitLoop:
                         result = self._published(version, attempts, data)
                         if result is not None:
                             return result
-                    log.debug(
-                        "slot taken",
-                        extra={"txn_id": attempt.txn_id, "version": version, "attempt": attempts},
+                    log.info(
+                        "version %s taken by another writer; retrying",
+                        version,
+                        extra={
+                            "table": table.uri,
+                            "txn_id": attempt.txn_id,
+                            "winning_version": version,
+                            "attempt": attempts,
+                        },
                     )
                 except (SlotStoreUnavailableError, SlotStoreError) as exc:
                     last_error = exc

@@ -54,6 +54,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from eventlog import metrics
 from eventlog.errors import (
     CommitStateUnknownError,
     DeltaConcurrentModificationException,
@@ -209,8 +210,8 @@ def _member_entry(info: CommitInfo) -> dict[str, Any]:
 
 def _sum_metrics(all_metrics: Iterable[Mapping[str, str]]) -> dict[str, str]:
     totals: dict[str, int] = {}
-    for metrics in all_metrics:
-        for key, value in metrics.items():
+    for member_metrics in all_metrics:
+        for key, value in member_metrics.items():
             if value.lstrip("-").isdigit():
                 totals[key] = totals.get(key, 0) + int(value)
     return {k: str(v) for k, v in totals.items()}
@@ -382,6 +383,7 @@ class GroupCommitLoop:
             published = table.publish_claimed(version, claim.staged, data, claim.txn_id)
         if not published:
             return None  # a writer outside the slot store took the version: go again
+        metrics.observe_group_commit(len(members))
         for member in members[1:]:
             table.log.delete_staged(member.queued.name)
         if claim.staged != self.attempt.staged_name:

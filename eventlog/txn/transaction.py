@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 import orjson
 import pyarrow as pa
 
+from eventlog import metrics
 from eventlog.errors import (
     CommitStateUnknownError,
     InvalidInputError,
@@ -298,6 +299,7 @@ class CoreTransaction(PlanBuilder):
             raise
         self._created = []  # the loop deleted those the final commit does not reference
         self._state = "committed"
+        metrics.observe_commit(result.operation, result.attempts, result.timings)
         return result
 
 
