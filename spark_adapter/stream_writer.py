@@ -331,8 +331,18 @@ def _checkpoint_query_id(checkpoint: str | None) -> str | None:
         return None
 
 
+# Slot stores of this (pooled) Python worker, by spec: a ZooKeeper session stays open from
+# one micro-batch to the next instead of being opened for every lease check.
+_STORES: dict[tuple[str | None, str], SlotStore] = {}
+
+
 def _slot_store(settings: StreamSettings) -> SlotStore:
-    return resolve_slots(settings.sink.slots, LogStore(settings.uri))
+    spec = settings.sink.slots or os.environ.get(ENV_VAR)
+    key = (spec, "" if spec else settings.uri)
+    store = _STORES.get(key)
+    if store is None or store.closed:
+        store = _STORES[key] = resolve_slots(spec, LogStore(settings.uri))
+    return store
 
 
 def _run_hint(settings: StreamSettings) -> Any:

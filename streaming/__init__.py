@@ -13,15 +13,19 @@ from streaming.errors import (
     recover,
 )
 from streaming.offsets import SourceOffset
+from streaming.sink import BatchCommit, MicroBatchSink, SinkOptions
 from streaming.source import Admission, ChangeSource, SourceFile, SourceOptions
 from streaming.supervise import supervise
 
 __all__ = [
     "Admission",
+    "BatchCommit",
     "ChangeCommitError",
     "ChangeSource",
     "DataLossError",
     "InvalidOffsetError",
+    "MicroBatchSink",
+    "SinkOptions",
     "SourceFile",
     "SourceMetadataChangedError",
     "SourceOffset",
