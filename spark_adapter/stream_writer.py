@@ -291,9 +291,11 @@ class EventlogStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
 
 
 def _called_by(module: str) -> bool:
+    """Whether ``module`` (imported by pyspark's daemon, or run as ``__main__``) is on the stack."""
+    filename = module.rsplit(".", 1)[-1] + ".py"
     frame = sys._getframe(1)
     while frame is not None:
-        if frame.f_globals.get("__name__") == module:
+        if frame.f_globals.get("__name__") == module or frame.f_code.co_filename.endswith(filename):
             return True
         frame = frame.f_back  # type: ignore[assignment]
     return False

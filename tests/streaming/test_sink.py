@@ -357,6 +357,44 @@ def test_an_applications_lease_lives_as_long_as_its_driver(tmp_path: Path) -> No
     _wait_until(lambda: store.lease_owner(name) is None)
 
 
+@pytest.mark.zookeeper
+def test_a_zookeeper_lease_is_held_by_the_holder_session_until_the_driver_dies(
+    zk_chroot: str, tmp_path: Path
+) -> None:
+    from lockstore.registry import open_slot_store
+
+    spec = f"zk://{zk_chroot}"
+    store = open_slot_store(spec, shared=False)
+    try:
+        locator = StoreLocator.of(store, spec)
+        assert locator == StoreLocator("spec", spec)
+        checkpoint = "s3://bucket/checkpoints/q1"
+        driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        try:
+            owner = claim_checkpoint(
+                store, locator, checkpoint, app="app-A", table="t", watch_pid=driver.pid,
+                watch_token=process_start_token(driver.pid), info={"queryId": QUERY},
+            )  # fmt: skip
+            assert store.lease_owner(lease_name(checkpoint)) == owner  # an ephemeral znode
+            with pytest.raises(ConcurrentTransactionException, match=SAME_CHECKPOINT):
+                claim_checkpoint(
+                    store,
+                    locator,
+                    checkpoint,
+                    app="app-B",
+                    table="t",
+                    watch_pid=os.getpid(),
+                    watch_token=None,
+                )
+        finally:
+            driver.send_signal(signal.SIGKILL)
+            driver.wait(timeout=10)
+        # The holder sees the driver gone, closes its session: the znode goes at once.
+        _wait_until(lambda: store.lease_owner(lease_name(checkpoint)) is None)
+    finally:
+        store.close()
+
+
 # --------------------------------------------------------------------------- auto-compaction
 
 
