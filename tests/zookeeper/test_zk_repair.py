@@ -48,11 +48,11 @@ def test_repair_only_touches_slots_of_provably_dead_writers(
     deadline = time.monotonic() + 10
     while t.slots.owner_alive(t.key, 1) is not False and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert eventlog_cli.main(["slots", "repair", uri, "--slots", spec, "--dry-run"]) == 0
-    assert json.loads(capsys.readouterr().out)[0]["action"] == "repair-commit"
+    assert eventlog_cli.main(["slots", "repair", uri, "--slots", spec, "--dry-run", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["actions"][0]["action"] == "repair-commit"
     assert t.log.list_log().count("00000000000000000001.json") == 0  # the dry run wrote nothing
-    assert eventlog_cli.main(["slots", "repair", uri, "--slots", spec]) == 0
-    assert json.loads(capsys.readouterr().out)[0]["action"] == "repair-commit"
+    assert eventlog_cli.main(["slots", "repair", uri, "--slots", spec, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["actions"][0]["action"] == "repair-commit"
     reopened = Table.open(uri, slots=spec)
     repair = reopened.history(1)[0]
     assert repair["version"] == 1 and repair["operation"] == "REPAIR"
