@@ -31,6 +31,7 @@ import argparse
 import ast
 import builtins
 import importlib
+import inspect
 import io
 import os
 import re
@@ -431,6 +432,9 @@ def _parses(module_name: str, argv: list[str]) -> str | None:
     main: Callable[[list[str]], Any] | None = getattr(module, "main", None)
     if main is None:
         return f"{module_name} has no main()"
+    if "parse_only" in inspect.signature(main).parameters:  # eventlog.cli (typer): runs nothing
+        code = main(argv, parse_only=True)  # type: ignore[call-arg]
+        return None if code == 0 else f"its argument parser exits with {code}"
     original = argparse.ArgumentParser.parse_args
 
     def parse_only(self: argparse.ArgumentParser, args: Any = None, namespace: Any = None) -> Any:
