@@ -15,9 +15,9 @@ t.history().show()
 Each DML/OPTIMIZE is one eventlog transaction, planned on the driver exactly like the
 plain-Python operation (same read predicates through ``txn.scan``, same operation name and
 parameters, same actions), so concurrent writers conflict, or not, exactly as in
-:mod:`eventlog`. Scans, joins and rewrites run in Spark tasks (:mod:`spark_adapter.dml`,
-:mod:`spark_adapter.merge`). ``merge(...).plan()`` runs the jobs but leaves the commit to
-the caller (two-phase).
+:mod:`eventlog`. Scans, joins and rewrites run in Spark tasks (:mod:`spark_adapter.ops`, one
+module per operation, as in :mod:`eventlog.ops`). ``merge(...).plan()`` runs the jobs but
+leaves the commit to the caller (two-phase).
 """
 
 from __future__ import annotations
