@@ -4,7 +4,7 @@ UPDATE, written again with their new values."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -22,11 +22,32 @@ from eventlog.ops.rows import matching_files, remove_rows
 from eventlog.txn.plan import Plan, PlanBuilder
 
 
-def delete(plan: PlanBuilder, predicate: str | None) -> Plan:
+def begin_dml(plan: PlanBuilder, operation: str, predicate: str | None) -> None:
+    """Name a DELETE or UPDATE and its predicate (Delta's commitInfo), once the SQL text is
+    checked, and refuse it on an append-only table. Every engine starts with this."""
     if predicate is not None:
         ex.check_sql_text(predicate)
-    plan.set_operation("DELETE", {"predicate": [predicate] if predicate else []})
-    check_append_only(plan, "DELETE")
+    plan.set_operation(operation, {"predicate": [predicate] if predicate else []})
+    check_append_only(plan, operation)
+
+
+def resolve_set_columns(schema_names: Sequence[str], columns: Iterable[str]) -> dict[str, str]:
+    """The table column each SET target names (case-insensitively), in the order given;
+    UnknownColumnError for one the table lacks, InvalidInputError for no target at all."""
+    by_lower = {n.lower(): n for n in schema_names}
+    out: dict[str, str] = {}
+    for column in columns:
+        name = by_lower.get(column.lower())
+        if name is None:
+            raise UnknownColumnError(column, list(schema_names), "SET")
+        out[column] = name
+    if not out:
+        raise InvalidInputError("UPDATE needs at least one SET assignment")
+    return out
+
+
+def delete(plan: PlanBuilder, predicate: str | None) -> Plan:
+    begin_dml(plan, "DELETE", predicate)
     pred = plan.parse_predicate(predicate) if predicate is not None else None
     files = plan.scan(pred)
     removed, deleted, copied = remove_rows(plan, files, pred)
@@ -37,14 +58,11 @@ def delete(plan: PlanBuilder, predicate: str | None) -> Plan:
 def parse_assignments(plan: PlanBuilder, assignments: Mapping[str, str], **kw: Any) -> dict[str, ex.Expr]:
     """SET column = expression pairs, the column names resolved case-insensitively."""
     schema = plan.schema
-    by_lower = {n.lower(): n for n in schema.names}
-    out: dict[str, ex.Expr] = {}
-    for column, sql in assignments.items():
-        name = by_lower.get(column.lower())
-        if name is None:
-            raise UnknownColumnError(column, list(schema.names), "SET")
-        out[name] = ex.parse_expression(sql, schema, context=f"SET {name}", **kw)
-    return out
+    names = resolve_set_columns(schema.names, assignments)
+    return {
+        names[column]: ex.parse_expression(sql, schema, context=f"SET {names[column]}", **kw)
+        for column, sql in assignments.items()
+    }
 
 
 def apply_assignments(
@@ -68,10 +86,7 @@ def apply_assignments(
 
 
 def update(plan: PlanBuilder, predicate: str | None, assignments: Mapping[str, str]) -> Plan:
-    if predicate is not None:
-        ex.check_sql_text(predicate)
-    plan.set_operation("UPDATE", {"predicate": [predicate] if predicate else []})
-    check_append_only(plan, "UPDATE")
+    begin_dml(plan, "UPDATE", predicate)
     if not assignments:
         raise InvalidInputError("UPDATE needs at least one SET assignment")
     pred = plan.parse_predicate(predicate) if predicate is not None else None

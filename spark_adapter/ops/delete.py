@@ -9,7 +9,7 @@ import orjson
 from pyspark.sql import Column, SparkSession
 from pyspark.sql.types import StructType
 
-from eventlog.ops.common import check_append_only
+from eventlog.ops.dml import begin_dml
 from eventlog.ops.rows import remove_whole_files, removes_whole_files
 from eventlog.ops.transaction import Transaction
 from spark_adapter.ops.jobs import (
@@ -28,8 +28,7 @@ from spark_adapter.ops.rows import rewrite_matching
 def plan_delete(spark: SparkSession, txn: Transaction, condition: str | Column | None) -> PendingCommit:
     """DELETE, planned as eventlog.ops.dml.delete (same read predicate and actions)."""
     sql = condition_sql(spark, StructType.fromJson(orjson.loads(txn.metadata.schema_string)), condition)
-    txn.set_operation("DELETE", {"predicate": [sql] if sql else []})
-    check_append_only(txn, "DELETE")
+    begin_dml(txn, "DELETE", sql)
     pred, exact = read_predicate(txn, sql, strict=isinstance(condition, str))
 
     def plan(ctx: JobContext, staged: StagedFiles) -> None:

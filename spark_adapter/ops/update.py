@@ -10,8 +10,7 @@ import orjson
 from pyspark.sql import Column, SparkSession
 from pyspark.sql.types import StructType
 
-from eventlog.errors import InvalidInputError, UnknownColumnError
-from eventlog.ops.common import check_append_only
+from eventlog.ops.dml import begin_dml, resolve_set_columns
 from eventlog.ops.transaction import Transaction
 from spark_adapter.ops.jobs import (
     JobContext,
@@ -35,17 +34,12 @@ def plan_update(
     """UPDATE, planned as eventlog.ops.dml.update; SET values are evaluated by Spark."""
     schema = StructType.fromJson(orjson.loads(txn.metadata.schema_string))
     sql = condition_sql(spark, schema, condition)
-    txn.set_operation("UPDATE", {"predicate": [sql] if sql else []})
-    check_append_only(txn, "UPDATE")
-    if not assignments:
-        raise InvalidInputError("UPDATE needs at least one SET assignment")
-    by_lower = {f.name.lower(): f for f in schema.fields}
-    values: dict[str, Column] = {}
-    for column, value in assignments.items():
-        field = by_lower.get(column.lower())
-        if field is None:
-            raise UnknownColumnError(column, [f.name for f in schema.fields], "SET")
-        values[field.name] = to_column(value).cast(field.dataType)
+    begin_dml(txn, "UPDATE", sql)
+    names = resolve_set_columns([f.name for f in schema.fields], assignments)
+    types = {f.name: f.dataType for f in schema.fields}
+    values: dict[str, Column] = {
+        names[column]: to_column(value).cast(types[names[column]]) for column, value in assignments.items()
+    }
     pred, _ = read_predicate(txn, sql, strict=isinstance(condition, str))
 
     def plan(ctx: JobContext, staged: StagedFiles) -> None:
