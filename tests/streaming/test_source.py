@@ -15,6 +15,7 @@ import pytest
 
 from eventlog import InvalidInputError, Table
 from eventlog.errors import EventlogError, VersionNotFoundError
+from eventlog.log.cleanup import cleanup_expired_logs
 from streaming import (
     Admission,
     ChangeCommitError,
@@ -376,14 +377,16 @@ def drain_until_error(src: ChangeSource) -> tuple[list[list[int]], SourceOffset]
 # --------------------------------------------------------------------------- data loss
 
 
-def _remove_commits(table: Table, versions: range) -> None:
-    table.checkpoint()
-    for v in versions:
-        os.remove(table.log.commit_path(v))
+def _clean_up_log(table: Table) -> None:
+    """Delta's log cleanup, as if every commit had expired: removes commits 0..2 (below the
+    checkpoint at version 3)."""
+    assert table.checkpoint() == 3
+    removed = cleanup_expired_logs(table.log, 3, cutoff_ms=int(time.time() * 1000) + 60_000)
+    assert [int(name[:20]) for name in removed if name.endswith(".json")] == [0, 1, 2]
 
 
 def test_cleaned_up_commits_fail_with_data_loss(table: Table) -> None:
-    _remove_commits(table, range(1, 3))
+    _clean_up_log(table)
     src = source(table, startingVersion="1")  # a handle that never read them
     with pytest.raises(DataLossError) as info:
         src.latest_offset(src.initial_offset(), UNLIMITED)
@@ -392,7 +395,7 @@ def test_cleaned_up_commits_fail_with_data_loss(table: Table) -> None:
 
 
 def test_cleaned_up_commits_are_skipped_with_a_warning(table: Table, caplog: LogCapture) -> None:
-    _remove_commits(table, range(1, 3))
+    _clean_up_log(table)
     src = source(table, startingVersion="1", failOnDataLoss="false")
     with caplog.at_level(logging.WARNING, logger="streaming.source"):
         assert flat(drain(src)[0]) == [20, 21]
