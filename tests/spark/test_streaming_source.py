@@ -136,6 +136,30 @@ def test_snapshot_then_commits_and_restart_from_checkpoint_without_repeats(
     assert len(stream.offsets()) == 2 and len(stream.ids()) == 8
 
 
+def test_a_running_query_picks_up_new_commits(stream: Stream, table: Table) -> None:
+    query = (
+        stream.load()
+        .writeStream.format("parquet")
+        .option("checkpointLocation", stream.checkpoint)
+        .trigger(processingTime="200 milliseconds")
+        .start(stream.out)
+    )
+    try:
+        wait_for(lambda: stream.ids() == [0, 1, 10, 11, 20, 21])
+        table.append(rows([30]))
+        wait_for(lambda: stream.ids() == [0, 1, 10, 11, 20, 21, 30])
+        assert query.isActive and query.exception() is None
+    finally:
+        query.stop()
+
+
+def wait_for(condition: Any, seconds: float = WAIT) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
 def test_max_files_and_bytes_per_trigger_split_batches(spark: Any, tmp_path: Path, table: Table) -> None:
     by_files = Stream(spark, tmp_path / "files", table.uri)
     by_files.run(maxFilesPerTrigger="1")
