@@ -41,6 +41,14 @@ planning and every commit checks that the lease belongs to this application:
 * the driver dies (even by SIGKILL) -> the holder releases within a second; a query in
   another application can then start.
 
+What the early check covers, exactly: it runs in the first planning of the sink, which is
+before any task runs and before anything reaches the table, but *after* Spark wrote the
+batch's entry in the checkpoint's offset log (no code of a Python sink runs earlier: the
+DataSource is not even constructed at ``start()``; observed). When the refused query had
+found new input and the owner had not yet planned that batch, the owner's next batch then
+fails on Spark's own check ("Concurrent update to the log. Multiple streaming jobs
+detected"): neither query writes anything twice, but the owner stops too.
+
 What this does not cover: an application that stopped the query but keeps running holds
 the checkpoint until it exits (a lease cannot tell a stopped query from an idle one).
 Without ``option("checkpointLocation", ...)`` (a session-wide
