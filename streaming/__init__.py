@@ -1,7 +1,13 @@
-"""Engine-neutral incremental reads and idempotent writes over :mod:`eventlog` tables.
+"""Engine-neutral Structured Streaming over :mod:`eventlog` tables (never imports pyspark).
 
-Not implemented yet (the Structured Streaming issue). The package exists so the
-dependency contracts (``streaming`` imports ``eventlog`` only) are enforced from day one.
+* the source side: offsets (:mod:`streaming.offsets`), change selection with admission
+  limits (:mod:`streaming.source`), typed errors (:mod:`streaming.errors`) and
+  :func:`supervise`, which restarts a query on a metadata change;
+* the sink side: idempotent micro-batch commits (:mod:`streaming.sink`), checkpoint
+  ownership through a slot-store lease (:mod:`streaming.ownership`) and auto-compaction
+  (:mod:`streaming.compaction`).
+
+The Spark glue is in :mod:`spark_adapter.stream_reader` and :mod:`spark_adapter.stream_writer`.
 """
 
 from streaming.errors import (

@@ -64,6 +64,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from eventlog import metrics
 from eventlog.errors import (
     ConcurrentTransactionException,
     InvalidInputError,
@@ -636,6 +637,7 @@ def _commit(
             "batch %d of query %s (run %s) was already committed to %s: replay skipped, %d files deleted",
             batch_id, query_id, run_id, plan.uri, len(adds),
         )  # fmt: skip
+        metrics.observe_streaming_batch("replay skipped")
         return BatchCommit(batch_id, None, 0, 0, read_version)
     if not adds and not plan.complete:
         txn.abort()
@@ -664,6 +666,7 @@ def _commit(
         ) from exc
     if not exists or txn.read_version < 0:
         table.slots.bind(table.key, txn.metadata.id)
+    metrics.observe_streaming_batch("committed")
     log.info(
         "batch %d of query %s (run %s): %d files, %d rows committed to %s as version %d",
         batch_id, query_id, run_id, len(adds), rows, plan.uri, result.version,

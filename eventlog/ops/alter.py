@@ -33,6 +33,8 @@ _INTERVAL_PROPERTIES = ("delta.logRetentionDuration", DELETED_FILE_RETENTION_KEY
 # Features whose write rules are not implemented (yet): enabling them is refused rather
 # than silently producing tables other Delta writers would consider broken.
 _UNSUPPORTED_TRUE = ("delta.enableChangeDataFeed", "delta.enableRowTracking")
+# Interpreted by the streaming sink's auto-compaction (streaming.compaction).
+AUTO_COMPACT_KEY = "delta.autoOptimize.autoCompact"
 
 
 # --------------------------------------------------------------------------- properties
@@ -51,6 +53,9 @@ def validate_properties(properties: Mapping[str, str]) -> None:
             # ASCII digits only ("²".isdigit() is true), and few enough for int()
             if not (value.isascii() and value.isdigit() and len(value) <= 30) or int(value) <= 0:
                 raise InvalidTablePropertyError(key, value, ["a positive integer"])
+        elif key == AUTO_COMPACT_KEY:
+            if value.strip().lower() not in ("true", "false", "auto", "legacy"):
+                raise InvalidTablePropertyError(key, value, ["true", "false", "auto", "legacy"])
         elif key in _UNSUPPORTED_TRUE:
             if value != "false":
                 raise InvalidTablePropertyError(key, value, ["false (not supported yet)"])

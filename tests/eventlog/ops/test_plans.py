@@ -13,7 +13,7 @@ import pytest
 
 from eventlog import Table
 from eventlog import expr as ex
-from eventlog.errors import AppendOnlyViolationError, TransactionStateError
+from eventlog.errors import AppendOnlyViolationError, InvalidTablePropertyError, TransactionStateError
 from eventlog.ops import alter, dml, optimize, restore, write
 from eventlog.txn.plan import Plan, PlanBuilder
 from tests.conftest import SCHEMA, rows
@@ -98,3 +98,14 @@ def test_a_transaction_records_the_plan_it_is_given(tmp_path: Path) -> None:
     fresh.record(plan)
     result = fresh.commit()
     assert result.version == 3 and sorted(t.to_arrow().column("id").to_pylist()) == [1, 2, 3, 4]
+
+
+def test_auto_compaction_property_is_validated_and_stored(tmp_path: Path) -> None:
+    t = _table(tmp_path)
+    plan = alter.set_properties(_builder(t), {"delta.autoOptimize.autoCompact": "auto"})
+    assert (
+        plan.metadata is not None and plan.metadata.configuration["delta.autoOptimize.autoCompact"] == "auto"
+    )
+    with pytest.raises(InvalidTablePropertyError) as info:
+        alter.set_properties(_builder(t), {"delta.autoOptimize.autoCompact": "sometimes"})
+    assert info.value.allowed == ["true", "false", "auto", "legacy"]
