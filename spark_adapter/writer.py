@@ -19,7 +19,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -33,11 +32,11 @@ from eventlog.errors import InvalidInputError, TableNotFoundError
 from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE, delete_files, write_data_files
 from eventlog.files.enforce import conform, merge_schema
 from eventlog.files.schema import from_spark_schema_json, to_spark_schema_json
-from eventlog.log.actions import AddFile, Metadata
+from eventlog.log.actions import AddFile
 from eventlog.log.storage import LogStore
 from eventlog.ops.alter import APPEND_ONLY_KEY, TARGET_FILE_SIZE_KEY
 from eventlog.ops.transaction import Transaction
-from eventlog.snapshot.protocol import protocol_for
+from eventlog.ops.write import stage_new_table
 from eventlog.table import Table
 from eventlog.userinput import check_app_id, check_optional_text
 from spark_adapter.types import option, option_bool, option_int, spark_to_arrow_schema, table_uri
@@ -282,17 +281,7 @@ class EventlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
         # version 0. A writer that created it meanwhile wins; we get ProtocolChangedException
         # from the conflict check (as Delta), and our files are deleted.
         txn = Transaction(Table.handle(plan.uri, slots=plan.slots), None)
-        schema = plan.schema
-        txn.update_protocol(protocol_for(schema, {}))
-        txn.update_metadata(
-            Metadata(
-                id=Metadata.new_id(),
-                schema_string=plan.schema_json,
-                partition_columns=plan.partition_by,
-                configuration={},
-                created_time=int(time.time() * 1000),
-            )
-        )
+        stage_new_table(txn, plan.schema, plan.schema_json, plan.partition_by)
         return txn
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:

@@ -75,17 +75,17 @@ from eventlog.errors import (
 from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE, delete_files, write_data_files
 from eventlog.files.enforce import conform, merge_schema
 from eventlog.files.schema import canonical_schema, from_spark_schema_json, to_spark_schema_json
-from eventlog.log.actions import Action, AddFile, CommitInfo, Metadata
+from eventlog.log.actions import Action, AddFile, CommitInfo
 from eventlog.log.commit import GROUP_FIELD, Commit
 from eventlog.log.storage import LogStore
 from eventlog.ops.alter import APPEND_ONLY_KEY, TARGET_FILE_SIZE_KEY, change_schema
 from eventlog.ops.common import check_append_only
 from eventlog.ops.rows import remove_rows
 from eventlog.ops.transaction import Transaction
+from eventlog.ops.write import stage_new_table
 from eventlog.snapshot import Snapshot
 from eventlog.snapshot.isolation import IsolationLevel
 from eventlog.snapshot.new_table import check_partition_by
-from eventlog.snapshot.protocol import protocol_for
 from eventlog.table import Table
 from eventlog.txn.plan import Plan, PlanBuilder
 from eventlog.userinput import check_app_id, check_optional_text
@@ -697,17 +697,7 @@ def _read_version(
 
 def _stage_new_table(txn: Transaction, plan: BatchPlan) -> None:
     """The first batch creates the table (version 0) with the planned schema and partitioning."""
-    schema = plan.schema
-    txn.update_protocol(protocol_for(schema, {}))
-    txn.update_metadata(
-        Metadata(
-            id=Metadata.new_id(),
-            schema_string=plan.schema_json,
-            partition_columns=plan.partition_by,
-            configuration={},
-            created_time=int(time.time() * 1000),
-        )
-    )
+    stage_new_table(txn, plan.schema, plan.schema_json, plan.partition_by)
 
 
 def _auto_compact(table: Table, plan: BatchPlan, adds: Sequence[AddFile]) -> CompactionOutcome | None:

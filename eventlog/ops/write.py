@@ -4,6 +4,7 @@ or its ``replace_where`` predicate."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,10 +17,11 @@ from eventlog.errors import (
 )
 from eventlog.files.enforce import conform, merge_schema
 from eventlog.files.schema import canonical_schema
-from eventlog.log.actions import AddFile
+from eventlog.log.actions import AddFile, Metadata
 from eventlog.ops.alter import change_schema
 from eventlog.ops.common import check_append_only, to_arrow_table, write_rows
 from eventlog.ops.rows import remove_rows
+from eventlog.snapshot.protocol import protocol_for
 from eventlog.txn.plan import Plan, PlanBuilder
 
 
@@ -134,3 +136,22 @@ def overwrite_files(
         numCopiedRows=copied,
     )  # fmt: skip
     return plan.build()
+
+
+def stage_new_table(
+    plan: PlanBuilder, schema: pa.Schema, schema_json: str, partition_by: Sequence[str]
+) -> None:
+    """Stage the protocol and metadata of the table this commit creates as version 0: what a
+    writer that found no table when it planned does (Spark's batch writer, the streaming
+    sink). A writer that created the table meanwhile wins; this commit then fails with
+    ProtocolChangedException, as in Delta."""
+    plan.update_protocol(protocol_for(schema, {}))
+    plan.update_metadata(
+        Metadata(
+            id=Metadata.new_id(),
+            schema_string=schema_json,
+            partition_columns=tuple(partition_by),
+            configuration={},
+            created_time=int(time.time() * 1000),
+        )
+    )
