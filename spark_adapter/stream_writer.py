@@ -6,7 +6,7 @@ it onto pyspark 4.3's Python streaming sink, which runs every micro-batch in thr
 
 * **Planning**, once per micro-batch, in a pooled Python worker on the driver side
   (``write_into_data_source``): ``DataSource.streamWriter()`` -> :func:`create_stream_writer`
-  plans the batch (:func:`streaming.sink.plan_batch`: table, schema, options; errors here fail
+  plans the batch (:func:`streaming.plan.plan_batch`: table, schema, options; errors here fail
   the batch before any task runs) and checks the checkpoint's owner. The writer it returns
   is pickled to the tasks.
 * **Tasks**: :meth:`EventlogStreamWriter.write` writes the rows (Arrow batches) as files named
@@ -19,7 +19,7 @@ it onto pyspark 4.3's Python streaming sink, which runs every micro-batch in thr
   writer, so nothing but the messages and the options reaches the commit. The commit
   re-checks the checkpoint's owner and runs :func:`streaming.sink.commit_batch`;
   ``abort(messages, batchId)`` deletes the batch's files by their name prefix
-  (:func:`streaming.sink.abort_batch`, never a committed file). Which of the two calls
+  (:func:`streaming.batchfiles.abort_batch`, never a committed file). Which of the two calls
   this is is told by the pyspark worker module on the call stack: the commit-side call
   skips the planning work (a fallback to full planning is merely slower).
 
@@ -101,18 +101,10 @@ from lockstore import LeaseOwner, SlotStore
 from lockstore.registry import ENV_VAR
 from spark_adapter.types import option, option_bool, option_int, spark_to_arrow_schema, table_uri
 from streaming import ownership
+from streaming.batchfiles import UNKNOWN, BatchFiles, abort_batch, write_batch_files
 from streaming.compaction import DEFAULT_MIN_FILES, parse_auto_compact
-from streaming.sink import (
-    UNKNOWN,
-    BatchFiles,
-    BatchPlan,
-    SinkOptions,
-    abort_batch,
-    commit_batch,
-    latest_run,
-    plan_batch,
-    write_batch_files,
-)
+from streaming.plan import BatchPlan, SinkOptions, plan_batch
+from streaming.sink import commit_batch, latest_run
 
 __all__ = [
     "EventlogStreamCommitMessage",

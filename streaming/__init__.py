@@ -3,7 +3,8 @@
 * the source side: offsets (:mod:`streaming.offsets`), change selection with admission
   limits (:mod:`streaming.source`), typed errors (:mod:`streaming.errors`) and
   :func:`supervise`, which restarts a query on a metadata change;
-* the sink side: idempotent micro-batch commits (:mod:`streaming.sink`), checkpoint
+* the sink side: planning (:mod:`streaming.plan`), the batch's files
+  (:mod:`streaming.batchfiles`), idempotent micro-batch commits (:mod:`streaming.sink`), checkpoint
   ownership through a slot-store lease (:mod:`streaming.ownership`) and auto-compaction
   (:mod:`streaming.compaction`).
 
@@ -19,7 +20,8 @@ from streaming.errors import (
     recover,
 )
 from streaming.offsets import SourceOffset
-from streaming.sink import BatchCommit, MicroBatchSink, SinkOptions
+from streaming.plan import SinkOptions
+from streaming.sink import BatchCommit, MicroBatchSink
 from streaming.source import Admission, ChangeSource, SourceFile, SourceOptions
 from streaming.supervise import supervise
 

@@ -56,10 +56,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
-import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -72,259 +70,49 @@ from eventlog.errors import (
     ProtocolChangedException,
     TableNotFoundError,
 )
-from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE, delete_files, write_data_files
-from eventlog.files.enforce import conform, merge_schema
-from eventlog.files.schema import canonical_schema, from_spark_schema_json, to_spark_schema_json
+from eventlog.files.datafiles import delete_files
+from eventlog.files.enforce import merge_schema
+from eventlog.files.schema import canonical_schema
 from eventlog.log.actions import Action, AddFile, CommitInfo
 from eventlog.log.commit import GROUP_FIELD, Commit
-from eventlog.log.storage import LogStore
-from eventlog.ops.alter import APPEND_ONLY_KEY, TARGET_FILE_SIZE_KEY, change_schema
+from eventlog.ops.alter import change_schema
 from eventlog.ops.common import check_append_only
 from eventlog.ops.rows import remove_rows
 from eventlog.ops.transaction import Transaction
 from eventlog.ops.write import stage_new_table
 from eventlog.snapshot import Snapshot
 from eventlog.snapshot.isolation import IsolationLevel
-from eventlog.snapshot.new_table import check_partition_by
 from eventlog.table import Table
 from eventlog.txn.plan import Plan, PlanBuilder
-from eventlog.userinput import check_app_id, check_optional_text
-from streaming.compaction import DEFAULT_MIN_FILES, CompactionOutcome, auto_compact_enabled, maybe_compact
+from streaming.batchfiles import (
+    UNKNOWN,
+    BatchFiles,
+    abort_batch,
+    write_batch_files,
+)
+from streaming.compaction import CompactionOutcome, auto_compact_enabled, maybe_compact
+from streaming.plan import BatchPlan, SinkOptions, plan_batch
 
 __all__ = [
     "STREAMING_FIELD",
     "STREAMING_OPERATION",
     "BatchCommit",
-    "BatchFiles",
-    "BatchPlan",
     "MicroBatchSink",
-    "SinkOptions",
-    "abort_batch",
-    "batch_file_prefix",
     "commit_batch",
     "latest_run",
-    "parse_batch_file_name",
-    "plan_batch",
-    "write_batch_files",
 ]
 
 log = logging.getLogger("streaming.sink")
 
 STREAMING_FIELD = "eventlog.streaming"  # commitInfo field: {queryId, runId, batchId, appId}
 STREAMING_OPERATION = "STREAMING UPDATE"  # Delta's operation name for streaming sink commits
-UNKNOWN = "unknown"
 
-# Arrow bytes a task buffers before writing them out (as the batch writer does).
-_FLUSH_BYTES = 128 * 1024 * 1024
 # How far back the commit looks for this run's previous commit of the app id.
 _PREVIOUS_COMMIT_SCAN = 10_000
 _SCAN_CHUNK = 64
 # A run's previous commit lies behind at most this many commits of the app id by other runs
 # (two runs of one query interleave; a restarted run finds none of its own).
 _OTHER_RUN_COMMITS = 20
-_FILE_NAME = re.compile(r"^part-(?P<query>[A-Za-z0-9_.-]+?)-b(?P<batch>\d+)-t(?P<task>\d+)-\d{5}-")
-
-
-# --------------------------------------------------------------------------- options and plan
-
-
-@dataclasses.dataclass(frozen=True)
-class SinkOptions:
-    """The sink's options (engine-neutral; the Spark glue parses them from strings).
-
-    ``partition_by``: partition columns of a table the first batch creates (an existing
-    table's must match). ``app_id``: the txn app id instead of the query id (Delta's
-    ``txnAppId``). ``auto_compact``: overrides the table property
-    ``delta.autoOptimize.autoCompact`` (None: the property decides); ``auto_compact_min_files``:
-    the small-file count of a partition that triggers it.
-    """
-
-    slots: str | None = None
-    partition_by: tuple[str, ...] | None = None
-    merge_schema: bool = False
-    user_metadata: str | None = None
-    group_commit: bool = False
-    app_id: str | None = None
-    auto_compact: bool | None = None
-    auto_compact_min_files: int = DEFAULT_MIN_FILES
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "user_metadata", check_optional_text(self.user_metadata, "userMetadata"))
-        if self.app_id is not None:
-            object.__setattr__(self, "app_id", check_app_id(self.app_id))
-        if self.auto_compact_min_files < 1:
-            raise InvalidInputError(
-                f"autoCompactMinNumFiles must be positive, got {self.auto_compact_min_files}"
-            )
-
-
-@dataclasses.dataclass(frozen=True)
-class BatchPlan:
-    """What the tasks and the commit of one micro-batch need, decided at planning."""
-
-    uri: str
-    options: SinkOptions
-    complete: bool
-    read_version: int  # the latest version at planning; -1: no table yet (the commit creates it)
-    schema_json: str  # the schema the batch's files are written with (after mergeSchema)
-    partition_by: tuple[str, ...]
-    target_file_size: int
-    planned_ms: int = 0
-
-    @property
-    def schema(self) -> pa.Schema:
-        return from_spark_schema_json(self.schema_json)
-
-
-def plan_batch(uri: str, data_schema: pa.Schema, *, complete: bool, options: SinkOptions) -> BatchPlan:
-    """Open the table (if any) and check that a batch of ``data_schema`` can be written.
-
-    Raises before any task runs: schema mismatches (naming every offending column),
-    ``partitionBy`` differing from the table's, complete mode on an append-only table.
-    """
-    data_schema = canonical_schema(data_schema)
-    try:
-        table: Table | None = Table.open(uri, slots=options.slots)
-    except TableNotFoundError:
-        table = None
-    props: Mapping[str, str] = {}
-    if table is None:
-        read_version, schema = -1, data_schema
-        parts = tuple(check_partition_by(_resolve(options.partition_by, schema), schema))
-    else:
-        try:
-            snap = table.refresh()
-        finally:
-            table.close()
-        read_version, props = snap.version, snap.properties
-        parts = snap.partition_columns
-        requested = _resolve(options.partition_by, snap.schema)
-        if requested is not None and tuple(requested) != tuple(parts):
-            raise InvalidInputError(
-                f"partitionBy {requested} differs from the table's partition columns {list(parts)}"
-            )
-        schema = merge_schema(snap.schema, data_schema) if options.merge_schema else snap.schema
-        if complete and props.get(APPEND_ONLY_KEY) == "true":
-            raise InvalidInputError(
-                f"complete output mode replaces the table, which {uri} forbids ({APPEND_ONLY_KEY} = true)"
-            )
-    conform(data_schema.empty_table(), schema, context=f"streaming write to {uri}")
-    try:
-        target = int(props.get(TARGET_FILE_SIZE_KEY, DEFAULT_TARGET_FILE_SIZE))
-    except ValueError:
-        target = DEFAULT_TARGET_FILE_SIZE
-    return BatchPlan(
-        uri=uri,
-        options=options,
-        complete=complete,
-        read_version=read_version,
-        schema_json=to_spark_schema_json(schema),
-        partition_by=tuple(parts),
-        target_file_size=target,
-        planned_ms=int(time.time() * 1000),
-    )
-
-
-def _resolve(names: Sequence[str] | None, schema: pa.Schema) -> list[str] | None:
-    """Column names as the schema spells them (an exact match first, then case-insensitively)."""
-    if names is None:
-        return None
-    out = []
-    for name in names:
-        if name in schema.names:
-            out.append(name)
-            continue
-        matches = [n for n in schema.names if n.lower() == name.lower()]
-        out.append(matches[0] if len(matches) == 1 else name)  # unknown: check_partition_by names it
-    return out
-
-
-# --------------------------------------------------------------------------- tasks
-
-
-def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:80] or UNKNOWN
-
-
-def batch_file_prefix(query_id: str, batch_id: int, task: int | None = None) -> str:
-    """``<queryId>-b<batchId>`` (and ``-t<task>``): the name prefix, after ``part-``, of the
-    files one batch (one task of it) writes."""
-    prefix = f"{_safe(query_id)}-b{int(batch_id)}"
-    return prefix if task is None else f"{prefix}-t{int(task)}"
-
-
-def parse_batch_file_name(path: str) -> tuple[str, int, int] | None:
-    """(query id, batch id, task) of a file a streaming sink wrote, from its path; None for
-    any other file."""
-    m = _FILE_NAME.match(path.rsplit("/", 1)[-1])
-    if m is None:
-        return None
-    return m.group("query"), int(m.group("batch")), int(m.group("task"))
-
-
-@dataclasses.dataclass(frozen=True)
-class BatchFiles:
-    """What one task wrote: add actions (``AddFile.to_json`` dicts) and the row count."""
-
-    adds: tuple[dict[str, Any], ...]
-    num_rows: int
-
-    @property
-    def add_files(self) -> list[AddFile]:
-        return [AddFile.from_json(d) for d in self.adds]
-
-
-def write_batch_files(
-    plan: BatchPlan,
-    batches: Iterable[pa.RecordBatch],
-    *,
-    query_id: str,
-    batch_id: int,
-    task: int,
-) -> BatchFiles:
-    """Write one task's rows (conformed to the plan's schema) as the batch's data files.
-
-    Buffers up to 128 MiB of Arrow data per write, like the batch writer. On any error the
-    files written so far are deleted before the error propagates (the engine does not pass
-    a failed task's files to ``abort``).
-    """
-    schema = plan.schema
-    store = LogStore(plan.uri)
-    prefix = batch_file_prefix(query_id, batch_id, task)
-    adds: list[AddFile] = []
-    rows = 0
-    buffered: list[pa.RecordBatch] = []
-    size = 0
-
-    def flush() -> int:
-        data = conform(pa.Table.from_batches(buffered), schema, context=f"streaming write to {plan.uri}")
-        adds.extend(
-            write_data_files(
-                store.fs,
-                store.root,
-                data,
-                partition_columns=plan.partition_by,
-                target_file_size=plan.target_file_size,
-                name_prefix=prefix,
-            )
-        )
-        return int(data.num_rows)
-
-    try:
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            buffered.append(batch)
-            size += batch.nbytes
-            if size >= _FLUSH_BYTES:
-                rows += flush()
-                buffered, size = [], 0
-        if buffered:
-            rows += flush()
-    except BaseException:
-        delete_files(store.fs, store.root, [a.path for a in adds])
-        raise
-    return BatchFiles(tuple(a.to_json() for a in adds), rows)
 
 
 # --------------------------------------------------------------------------- commit
@@ -710,72 +498,6 @@ def _auto_compact(table: Table, plan: BatchPlan, adds: Sequence[AddFile]) -> Com
         return None
     touched = list({tuple(sorted(a.partition_values.items())): a.partition_values for a in adds}.values())
     return maybe_compact(table, touched, min_files=plan.options.auto_compact_min_files, snapshot=snap)
-
-
-# --------------------------------------------------------------------------- abort
-
-
-def abort_batch(
-    uri: str,
-    *,
-    query_id: str,
-    batch_id: int,
-    files: Sequence[BatchFiles] = (),
-    slots: str | None = None,
-    sweep: bool = True,
-) -> list[str]:
-    """Delete a failed batch's files: those ``files`` name and, with ``sweep``, every file
-    named with the batch's prefix (:func:`batch_file_prefix`, found by listing the table's
-    directories), unless the latest snapshot references it (a commit whose outcome was
-    unknown may have landed). Returns the deleted paths. Best effort: files that tasks are
-    still writing while this runs stay behind for VACUUM.
-    """
-    store = LogStore(uri)
-    paths = {a["path"] for f in files for a in f.adds}
-    if sweep:
-        paths |= set(_batch_files_on_disk(store, query_id, batch_id))
-    if not paths:
-        return []
-    try:
-        if Table.exists(uri):
-            with Table.open(uri, slots=slots) as table:
-                live = {a.path for a in table.refresh().add_files}
-            kept = paths & live
-            if kept:
-                log.warning(
-                    "abort of batch %d of %s: %d files with its name prefix are committed; kept",
-                    batch_id,
-                    uri,
-                    len(kept),
-                )
-            paths -= live
-    except Exception as exc:  # cannot prove the files unused: keep them for VACUUM
-        log.warning("abort of batch %d of %s: cannot read the log (%r); files kept", batch_id, uri, exc)
-        return []
-    delete_files(store.fs, store.root, sorted(paths))
-    return sorted(paths)
-
-
-def _batch_files_on_disk(store: LogStore, query_id: str, batch_id: int) -> list[str]:
-    """Table-relative paths (as ``add.path`` spells them) of the batch's files on disk."""
-    from urllib.parse import quote
-
-    prefix = f"part-{batch_file_prefix(query_id, batch_id)}-t"
-    root = store.root.rstrip("/")
-    out: list[str] = []
-    try:
-        found = store.fs.find(root, withdirs=False)
-    except Exception as exc:
-        log.warning("cannot list %s for orphans of batch %d: %r", root, batch_id, exc)
-        return []
-    for full in found:
-        full = str(full)
-        rel = full[len(root) + 1 :] if full.startswith(root + "/") else full
-        if rel.startswith(("_", ".")):
-            continue
-        if rel.rsplit("/", 1)[-1].startswith(prefix):
-            out.append(quote(rel, safe="/="))
-    return out
 
 
 # --------------------------------------------------------------------------- one-process driver

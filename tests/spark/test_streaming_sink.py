@@ -29,8 +29,9 @@ from pyspark.errors import StreamingQueryException
 from eventlog import Table
 from eventlog.log.commitlog import resolve_slots
 from eventlog.log.storage import LogStore
+from streaming.batchfiles import parse_batch_file_name
 from streaming.ownership import lease_name
-from streaming.sink import STREAMING_FIELD, STREAMING_OPERATION, parse_batch_file_name
+from streaming.sink import STREAMING_FIELD, STREAMING_OPERATION
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 

@@ -22,6 +22,7 @@ from eventlog.errors import InvalidInputError, SchemaMismatchError
 from eventlog.log.actions import Protocol
 from lockstore import LocalFileSlotStore
 from streaming import compaction
+from streaming.batchfiles import abort_batch, batch_file_prefix, parse_batch_file_name, write_batch_files
 from streaming.compaction import AUTO_COMPACT_KEY, CompactionOutcome
 from streaming.ownership import (
     StoreLocator,
@@ -31,19 +32,8 @@ from streaming.ownership import (
     process_start_token,
     verify_checkpoint,
 )
-from streaming.sink import (
-    STREAMING_FIELD,
-    STREAMING_OPERATION,
-    BatchCommit,
-    MicroBatchSink,
-    SinkOptions,
-    abort_batch,
-    batch_file_prefix,
-    commit_batch,
-    parse_batch_file_name,
-    plan_batch,
-    write_batch_files,
-)
+from streaming.plan import SinkOptions, plan_batch
+from streaming.sink import STREAMING_FIELD, STREAMING_OPERATION, BatchCommit, MicroBatchSink, commit_batch
 
 QUERY = "0c5a3c9e-1111-4222-8333-944455556666"
 
@@ -497,7 +487,7 @@ def test_abort_deletes_the_batch_files_by_prefix_but_never_committed_ones(local_
 
 
 def test_a_failing_task_deletes_what_it_wrote(local_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("streaming.sink._FLUSH_BYTES", 1)  # write each Arrow batch at once
+    monkeypatch.setattr("streaming.batchfiles._FLUSH_BYTES", 1)  # write each Arrow batch at once
     plan = plan_batch(local_uri, batch([0]).schema, complete=False, options=SinkOptions())
 
     def rows_then_failure() -> object:
