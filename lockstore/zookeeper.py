@@ -744,7 +744,8 @@ class ZooKeeperSlotStore(SlotStore):
                 )
                 break
             except NodeExistsError:
-                pass
+                # Held (or our own retried create): read the holder below and decide.
+                ...
             try:
                 data, stat = self._call("get", path)
             except NoNodeError:  # released (or expired) meanwhile: try again

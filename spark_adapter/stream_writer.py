@@ -78,6 +78,7 @@ Options (case-insensitive; as for batch writes where they make sense):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -409,14 +410,13 @@ def _application() -> tuple[str, int, str | None] | None:
 
 def _parent(pid: int) -> tuple[int, str] | None:
     """(parent pid, parent's command name) of ``pid``, from /proc or ``ps``."""
-    try:
+    # /proc first (Linux); without it, or when it cannot be parsed, fall back to ps.
+    with contextlib.suppress(OSError, ValueError, IndexError):
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read().decode("utf-8", "replace")
         ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
         with open(f"/proc/{ppid}/comm", "rb") as f:
             return ppid, f.read().decode("utf-8", "replace").strip()
-    except (OSError, ValueError, IndexError):
-        pass
     try:
         out = subprocess.run(
             ["ps", "-o", "ppid=", "-p", str(pid)], capture_output=True, text=True, timeout=5, check=True

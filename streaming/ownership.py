@@ -238,7 +238,7 @@ def process_alive(pid: int, token: str | None) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        pass
+        ...  # it exists (another user's process): check its start token below
     if token is None:
         return True
     current = process_start_token(pid)

@@ -11,6 +11,7 @@ decoded from memory.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -304,10 +305,9 @@ def _stat_bound(stats: Any, which: str) -> Any:
 
 def _typed_bounds(values: list[Any], t: pa.DataType) -> pa.Array:
     """``values`` as an array of type ``t``; a value that does not convert becomes null."""
-    try:
+    # The fast path converts all at once; any unconvertible value sends us to the slow path.
+    with contextlib.suppress(ValueError, TypeError, OverflowError, pa.ArrowException):
         return pa.array(values, t)
-    except (ValueError, TypeError, OverflowError, pa.ArrowException):
-        pass
     out = []
     for v in values:
         try:
