@@ -18,7 +18,7 @@ stages in its own transaction and commits it at once, like ``Table.delete`` and 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Self
 
 import numpy as np
@@ -231,6 +231,20 @@ class _MergeClauses:
             return self.target_schema.empty_table()
         return pa.concat_tables(parts).take(pa.array(order, pa.int64()))
 
+    def _rows_per_clause(
+        self, clauses: Sequence[MergeClause[Any]], table: pa.Table
+    ) -> Iterator[tuple[MergeClause[Any], pa.Table]]:
+        """The rows of ``table`` each clause applies to, by the clause choice rule
+        (:func:`~eventlog.ops.mergeplan.clause_cases`: the first clause whose condition holds)."""
+        remaining = pa.array(np.ones(table.num_rows, dtype=bool))
+        for _, clause in clause_cases(clauses):
+            cond = ex.evaluate_mask(clause.predicate, table, self._resolve) if clause.predicate else None
+            hit = pc.and_(remaining, cond) if cond is not None else remaining
+            remaining = pc.and_(remaining, pc.invert(hit))
+            rows = table.filter(hit)
+            if rows.num_rows:
+                yield clause, rows
+
     def _apply_matched(self, joined: pa.Table, merge: MergePlan[str]) -> tuple[pa.Table, dict[int, set[int]]]:
         """(updated target rows with file/row ids, {file id: deleted row ids})."""
         t = self.target_alias
@@ -242,15 +256,8 @@ class _MergeClauses:
         counts = pc.value_counts(ids)
         if merge.checks_cardinality and pc.max(counts.field("counts")).as_py() > 1:
             raise cardinality_error(int(pc.sum(pc.greater(counts.field("counts"), 1)).as_py()))
-        remaining = pa.array(np.ones(joined.num_rows, dtype=bool))
         updated: list[pa.Table] = []
-        for _, clause in clause_cases(merge.matched):
-            cond = ex.evaluate_mask(clause.predicate, joined, self._resolve) if clause.predicate else None
-            hit = pc.and_(remaining, cond) if cond is not None else remaining
-            remaining = pc.and_(remaining, pc.invert(hit))
-            rows = joined.filter(hit)
-            if rows.num_rows == 0:
-                continue
+        for clause, rows in self._rows_per_clause(merge.matched, joined):
             if clause.kind == "delete":
                 for fid, rid in zip(
                     rows[f"{t}.{_FILE}"].to_pylist(), rows[f"{t}.{_ROW}"].to_pylist(), strict=True
@@ -284,15 +291,8 @@ class _MergeClauses:
         env = pa.table({f"{s}.{n}": rows[n] for n in self.source.schema.names}) if rows.num_rows else None
         if env is None:
             return None
-        remaining = pa.array(np.ones(rows.num_rows, dtype=bool))
         out: list[pa.Table] = []
-        for _, clause in clause_cases(merge.not_matched):
-            cond = ex.evaluate_mask(clause.predicate, env, self._resolve) if clause.predicate else None
-            hit = pc.and_(remaining, cond) if cond is not None else remaining
-            remaining = pc.and_(remaining, pc.invert(hit))
-            chosen = env.filter(hit)
-            if chosen.num_rows == 0:
-                continue
+        for clause, chosen in self._rows_per_clause(merge.not_matched, env):
             cols: dict[str, Any] = {}
             for field in self.target_schema:
                 expr = clause.assignments.get(field.name)
