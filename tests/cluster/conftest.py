@@ -24,6 +24,9 @@ from tests.support.sparkcluster import (
     REPO_ROOT,
     SparkStandaloneCluster,
     build_pyfiles_zip,
+    cmdline,
+    group_members,
+    process_rss,
     write_isolated_python,
 )
 
@@ -54,6 +57,12 @@ class Measurements:
             key = "executor" if role.startswith("executor-") else role
             key = "executor-python" if role.startswith("python-") else key
             self.peak_rss[key] = max(self.peak_rss.get(key, 0), size)
+
+    def sample_driver(self, pgid: int) -> None:
+        """The JVM of a driver process group (the child driver started it)."""
+        for pid, size in process_rss(group_members(pgid)).items():
+            if "java" in cmdline(pid):
+                self.peak_rss["driver-jvm"] = max(self.peak_rss.get("driver-jvm", 0), size)
 
 
 @pytest.fixture(scope="module")
@@ -148,6 +157,7 @@ class Driver:
                 )
             if cluster is not None and measurements is not None:
                 measurements.sample(cluster)
+                measurements.sample_driver(self.proc.pid)
             time.sleep(0.5)
         lines = self.stdout_path.read_text(errors="replace").splitlines()
         found = [line[len(RESULT_MARKER) :] for line in lines if line.startswith(RESULT_MARKER)]

@@ -128,7 +128,7 @@ def scenario_read(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
 
 def scenario_native(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
     """``spark_adapter.read_table``: latest, time travel, and a pushed ``where``."""
-    from spark_adapter import read_table  # type: ignore[attr-defined]
+    from spark_adapter import read_table
 
     uri = args["uri"]
     return {

@@ -41,6 +41,8 @@ __all__ = [
     "SparkClusterError",
     "SparkStandaloneCluster",
     "build_pyfiles_zip",
+    "cmdline",
+    "group_members",
     "process_rss",
     "spark_home",
     "write_isolated_python",
@@ -126,7 +128,7 @@ def process_rss(pids: Iterable[int]) -> dict[int, int]:
     return out
 
 
-def _group_members(pgid: int) -> list[int]:
+def group_members(pgid: int) -> list[int]:
     """The pids of process group ``pgid`` (Linux ``/proc``)."""
     members = []
     for entry in Path("/proc").iterdir():
@@ -143,7 +145,7 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
-def _cmdline(pid: int) -> str:
+def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
@@ -319,10 +321,10 @@ class SparkStandaloneCluster:
         ``python-<pid>``)."""
         out: dict[str, int] = {}
         for daemon in self._daemons:
-            members = _group_members(daemon.proc.pid)
+            members = group_members(daemon.proc.pid)
             sizes = process_rss(members)
             for pid, size in sizes.items():
-                cmd = _cmdline(pid)
+                cmd = cmdline(pid)
                 if pid == daemon.proc.pid:
                     out[daemon.name] = size
                 elif "CoarseGrainedExecutorBackend" in cmd:
