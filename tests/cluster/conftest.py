@@ -41,7 +41,8 @@ class Shipping:
     """What the drivers and executors get of the project: the zip and the isolated Python."""
 
     zip: Path
-    python: Path
+    python: Path  # the launcher
+    base_python: Path  # the interpreter it runs (the editable install is visible to it)
 
 
 @dataclass
@@ -74,6 +75,7 @@ def shipping(tmp_path_factory: pytest.TempPathFactory) -> Shipping:
     return Shipping(
         zip=build_pyfiles_zip(root / "eventlog_tables.zip"),
         python=write_isolated_python(root / "bin", python),
+        base_python=python,
     )
 
 

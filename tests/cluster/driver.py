@@ -186,7 +186,8 @@ def scenario_append_batches(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
     """Writer ``writer`` appends ``batches`` DataFrames of 5 rows, each tagged in userMetadata.
 
     With ``ready_dir`` and ``parties``: wait (bounded) until that many drivers are ready,
-    so concurrent writers really overlap. Returns the acknowledged appends in order.
+    so concurrent writers really overlap. Returns the acknowledged appends in order and the
+    wall-clock span of the appends (``started``, ``ended``).
     """
     uri, writer, batches = args["uri"], int(args["writer"]), int(args["batches"])
     frames = [
@@ -204,11 +205,12 @@ def scenario_append_batches(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
                 raise TimeoutError("the other writers did not get ready in time")
             time.sleep(0.05)
     acks = []
+    started = time.time()
     for b, df in enumerate(frames):
         tag = f"w{writer}-b{b}"
         df.write.format("eventlog").mode("append").option("userMetadata", tag).save(uri)
         acks.append({"tag": tag, "ids": [writer * 1000 + b * 10 + k for k in range(5)]})
-    return {"acks": acks}
+    return {"acks": acks, "started": started, "ended": time.time()}
 
 
 SCENARIOS: dict[str, Scenario] = {

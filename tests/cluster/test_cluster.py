@@ -163,7 +163,7 @@ def test_the_executor_python_cannot_import_the_project_without_the_zip(
     assert isolated.stdout.split() == ["True", "False"]  # no project, but pyarrow
     # The same interpreter without the launcher finds the editable install: the launcher matters.
     plain = subprocess.run(
-        [str(REPO_ROOT / ".venv" / "bin" / "python"), "-c", probe],
+        [str(shipping.base_python), "-c", probe],
         capture_output=True,
         text=True,
         cwd=tmp_path,
@@ -273,7 +273,11 @@ def test_two_drivers_append_concurrently(
     finally:
         for d in drivers:
             d.kill()
-    acked = [ack for r in results for ack in scenario_ok(r, "append_batches")["acks"]]
+    writers = [scenario_ok(r, "append_batches") for r in results]
+    assert max(w["started"] for w in writers) < min(w["ended"] for w in writers), (
+        "the writers did not overlap"
+    )
+    acked = [ack for w in writers for ack in w["acks"]]
     assert len(acked) == 2 * BATCHES
 
     versions = LogStore.commit_versions(LogStore(uri).list_log())
