@@ -121,6 +121,22 @@ class ReplayMismatchError(CorruptLogError):
         EventlogError.__init__(self, message, uri=uri, version=version, line=None, differences=differences)
 
 
+class DataFileNotFoundError(EventlogError, FileNotFoundError):
+    """A data file the snapshot names is gone, most often removed by VACUUM after the
+    version was superseded (time travel past the retention). Fields: ``uri`` (the table),
+    ``path`` (the missing file), ``version`` (the snapshot read, None when unknown)."""
+
+    def __init__(self, uri: str, path: str, version: int | None) -> None:
+        at = f" at version {version}" if version is not None else ""
+        super().__init__(
+            f"{uri}: data file {path} of the snapshot{at} does not exist "
+            "(VACUUM deletes files older than the retention; time travel cannot reach them)",
+            uri=uri,
+            path=path,
+            version=version,
+        )
+
+
 class VersionNotFoundError(EventlogError):
     """Time travel to a version or timestamp the log does not hold."""
 

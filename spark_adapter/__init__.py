@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from spark_adapter.datasource import EventlogDataSource, activate
+    from spark_adapter.native import read_table
     from spark_adapter.reader import EventlogReader, FilesPartition, PruningReader, ScanSource
     from spark_adapter.table import EventlogTable
     from spark_adapter.writer import EventlogCommitMessage, EventlogWriter, WritePlan
@@ -32,6 +33,7 @@ _EXPORTS = {
     "EventlogTable": "spark_adapter.table",
     "EventlogDataSource": "spark_adapter.datasource",
     "activate": "spark_adapter.datasource",
+    "read_table": "spark_adapter.native",
     "EventlogReader": "spark_adapter.reader",
     "FilesPartition": "spark_adapter.reader",
     "PruningReader": "spark_adapter.reader",
@@ -52,6 +54,7 @@ __all__ = [
     "ScanSource",
     "WritePlan",
     "activate",
+    "read_table",
 ]
 
 

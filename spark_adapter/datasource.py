@@ -51,7 +51,14 @@ from eventlog.table import Table
 from spark_adapter.reader import DEFAULT_MAX_PARTITION_BYTES, EventlogReader, PruningReader, ScanSource
 from spark_adapter.stream_reader import EventlogStreamReader
 from spark_adapter.stream_writer import EventlogStreamWriter, create_stream_writer
-from spark_adapter.types import arrow_to_spark_schema, option, option_bool, option_int, table_uri
+from spark_adapter.types import (
+    activate_session,
+    arrow_to_spark_schema,
+    option,
+    option_bool,
+    option_int,
+    table_uri,
+)
 from spark_adapter.writer import EventlogWriter, plan_write
 
 __all__ = ["EventlogDataSource", "activate"]
@@ -120,4 +127,4 @@ def activate(spark: Any) -> None:
     thread-local that a new Python thread lacks until it calls ``spark.createDataFrame``;
     this sets it (the same as ``SparkSession.setActiveSession`` on the JVM side).
     """
-    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+    activate_session(spark)

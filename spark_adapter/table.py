@@ -43,6 +43,7 @@ from eventlog.ops.vacuum import (
 )
 from eventlog.txn.transaction import CommitResult
 from lockstore import SlotStore
+from spark_adapter.native import snapshot_dataframe
 from spark_adapter.ops.delete import plan_delete
 from spark_adapter.ops.jobs import PendingCommit
 from spark_adapter.ops.merge import SparkMergeBuilder
@@ -97,15 +98,9 @@ class EventlogTable:
     # ------------------------------------------------------------------ reads
 
     def toDF(self) -> DataFrame:
-        """The latest version as a DataFrame (the ``eventlog`` data source)."""
-        try:
-            # Python data sources are looked up through the JVM thread's active session,
-            # which a thread that has not used the session yet does not have.
-            jvm: Any = self._spark._jvm
-            jvm.org.apache.spark.sql.SparkSession.setActiveSession(self._spark._jsparkSession)
-        except Exception:
-            pass  # not a classic session: nothing to do
-        return self._spark.read.format("eventlog").load(self._table.uri)
+        """The latest version as a DataFrame, read by Spark's own Parquet reader
+        (:func:`spark_adapter.native.read_table`)."""
+        return snapshot_dataframe(self._spark, self._table.uri, self._table.refresh())
 
     def history(self, limit: int | None = None) -> DataFrame:
         """One row per version, newest first (DESCRIBE HISTORY)."""

@@ -22,7 +22,9 @@ from eventlog.errors import InvalidInputError
 from eventlog.files.schema import canonical_schema, from_spark_schema_json, to_spark_schema_json
 
 __all__ = [
+    "activate_session",
     "arrow_to_spark_schema",
+    "nullable_schema",
     "option",
     "option_bool",
     "option_int",
@@ -46,6 +48,11 @@ def spark_to_arrow_schema(schema: StructType, *, nullable: bool = False) -> pa.S
     if nullable:
         doc = _as_nullable(doc)
     return canonical_schema(from_spark_schema_json(json.dumps(doc)))
+
+
+def nullable_schema(schema: StructType) -> StructType:
+    """``schema`` with every field, nested ones included, nullable."""
+    return StructType.fromJson(_as_nullable(schema.jsonValue()))
 
 
 def _as_nullable(node: Any) -> Any:
@@ -135,3 +142,12 @@ def table_uri(options: Mapping[str, str]) -> str:
         # Spark tasks run in separate Python processes; an in-memory filesystem is not shared.
         raise InvalidInputError(f"{uri}: memory:// tables cannot be used from Spark (one per process)")
     return uri
+
+
+def activate_session(spark: Any) -> None:
+    """Make ``spark`` the JVM's active session in the calling thread, where pyspark looks
+    Python data sources up (a new thread has none until it calls ``createDataFrame``).
+    Does nothing for sessions without a JVM (Spark Connect)."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is not None:
+        jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)

@@ -25,7 +25,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
-from eventlog.errors import UnknownColumnError
+from eventlog.errors import DataFileNotFoundError, UnknownColumnError
 from eventlog.files.schema import decode_partition_value
 from eventlog.files.stats import _has_minmax
 from eventlog.log.actions import AddFile
@@ -79,6 +79,32 @@ def read_data_files(
         expressions.append(expr)
     paths = [data_file_path(fs, root, add.path) for add in files]
     full_schema = pa.schema(list(schema))
+    try:
+        table = _read(fs, files, paths, expressions, full_schema, out_schema.names, filter, partition_columns)
+    except FileNotFoundError as exc:
+        missing = next((p for p in paths if not fs.exists(p)), str(exc))
+        raise DataFileNotFoundError(root, missing, None) from exc
+    return _exact_types(table, out_schema)
+
+
+def physical_row_count(fs: fsspec.AbstractFileSystem, root: str, add: AddFile) -> int:
+    """Rows in the data file of ``add``, deleted ones included (its stats, else its footer)."""
+    if add.num_records is not None:
+        return add.num_records
+    with fs.open(data_file_path(fs, root, add.path), "rb") as f:
+        return int(pq.ParquetFile(f).metadata.num_rows)
+
+
+def _read(
+    fs: fsspec.AbstractFileSystem,
+    files: Sequence[AddFile],
+    paths: list[str],
+    expressions: list[pc.Expression],
+    full_schema: pa.Schema,
+    columns: list[str],
+    filter: pc.Expression | None,
+    partition_columns: Sequence[str],
+) -> pa.Table:
     if isinstance(fs, LocalFileSystem):
         # Native C++ I/O: parallel, column-pruned, as fast as pyarrow.parquet.read_table.
         dataset = ds.FileSystemDataset.from_paths(
@@ -88,10 +114,8 @@ def read_data_files(
             filesystem=pafs.LocalFileSystem(),
             partitions=expressions if partition_columns else None,
         )
-        table = dataset.to_table(columns=out_schema.names, filter=filter)
-    else:
-        table = _read_via_fsspec(fs, files, paths, expressions, full_schema, out_schema.names, filter)
-    return _exact_types(table, out_schema)
+        return dataset.to_table(columns=columns, filter=filter)
+    return _read_via_fsspec(fs, files, paths, expressions, full_schema, columns, filter)
 
 
 def _out_schema(

@@ -23,12 +23,10 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
-from urllib.parse import unquote
 
 import numpy as np
 import orjson
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -38,6 +36,7 @@ from eventlog import expr as ex
 from eventlog.errors import InvalidInputError, PredicateError, UnknownColumnError
 from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE, delete_files, write_data_files
 from eventlog.files.enforce import conform
+from eventlog.files.reader import physical_row_count
 from eventlog.files.scan import file_deletes, read_file_positions
 from eventlog.files.schema import from_spark_schema_json
 from eventlog.log.actions import AddFile
@@ -291,11 +290,7 @@ def _read_task(
 
 def physical_rows(txn: Transaction, add: AddFile) -> int:
     """Physical row count of a file (stats, else the Parquet footer)."""
-    if add.num_records is not None:
-        return add.num_records
-    fs, root = txn.table.log.fs, txn.table.log.root
-    with fs.open(f"{root}/{unquote(add.path)}", "rb") as f:
-        return int(pq.ParquetFile(f).metadata.num_rows)
+    return physical_row_count(txn.table.log.fs, txn.table.log.root, add)
 
 
 def stage_dv_deletes(

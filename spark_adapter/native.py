@@ -1,0 +1,396 @@
+"""Native reads: a snapshot's live files through Spark's built-in Parquet source.
+
+``read_table(spark, uri)`` resolves the snapshot on the driver and hands its file list to
+Spark's vectorized Parquet reader, so no row passes through Python:
+
+- the schema is the table's, given explicitly (columns missing from older files read as
+  null, as in the engine);
+- partition columns are typed from the table schema and filled from each file's
+  ``partitionValues`` (never parsed from directory names: paths need not follow Hive
+  layout), one scan per partition, unioned; past :data:`MAX_PARTITION_SCANS` partitions,
+  one scan joined to a broadcast table of (file path, partition values);
+- ``where=`` prunes files on the driver (partition values, then min/max statistics)
+  before Spark sees the list, and is applied to the rows too; Spark itself still prunes
+  columns and pushes filters into Parquet row groups;
+- files with a deletion vector lose their deleted rows inside Spark (:func:`_dv_filter`):
+  the driver decodes the DVs into one bit array per scan, and a filter tests
+  ``_metadata.row_index`` against it. Files without a DV are read by another scan that
+  pays nothing for it.
+
+Where Spark's Hadoop layer has no filesystem for the table's scheme (``memory://``, or an
+object store without its connector), ``read_table`` falls back to the ``eventlog`` Python
+data source with one log line.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Sequence
+from decimal import Decimal
+from functools import reduce
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import numpy as np
+import orjson
+import pyarrow as pa
+from pyspark.errors import AnalysisException
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from eventlog import expr as ex
+from eventlog.errors import DataFileNotFoundError, InvalidInputError
+from eventlog.files.deletion_vectors import read_deletion_vector
+from eventlog.files.partition_values import decode_partition_value
+from eventlog.files.pruning import prune_files
+from eventlog.files.reader import physical_row_count
+from eventlog.log.actions import AddFile
+from eventlog.log.storage import normalize_uri
+from eventlog.snapshot import Snapshot
+from eventlog.table import Table
+from spark_adapter.types import activate_session, nullable_schema
+
+__all__ = [
+    "MAX_DV_ROWS_PER_SCAN",
+    "MAX_PARTITION_SCANS",
+    "NativeScan",
+    "hadoop_uri",
+    "read_table",
+    "snapshot_dataframe",
+]
+
+log = logging.getLogger("spark_adapter.native")
+
+MAX_PARTITION_SCANS = 64
+"""Up to this many distinct partitions, each is its own scan with its values as literals;
+beyond it, one scan and a broadcast join on the file path (planning many scans is slower
+than the join)."""
+MAX_DV_ROWS_PER_SCAN = 1 << 26
+"""Rows (of files with a deletion vector) one scan's bit array covers: 8 MB of plan."""
+
+_SCHEMES = {"file": "file", "local": "file", "s3": "s3a", "s3a": "s3a", "gs": "gs", "gcs": "gs"}
+_ROW_INDEX = "_metadata.row_index"
+_FILE_SIZE = "_metadata.file_size"
+_PATH_COL = "__eventlog_native_path"
+
+
+def read_table(
+    spark: SparkSession,
+    uri: str,
+    version: int | None = None,
+    timestamp: dt.datetime | str | int | None = None,
+    storage_options: dict[str, str] | None = None,
+    where: str | None = None,
+    *,
+    slots: Any = None,
+) -> DataFrame:
+    """The table at ``version``/``timestamp`` (latest when both are None) as a DataFrame read
+    by Spark's own Parquet reader; ``where`` (SQL) prunes files on the driver and filters rows.
+
+    ``storage_options`` are not accepted yet: object stores come with their own issue, and
+    until then only filesystems Spark's Hadoop layer and fsspec both open without options
+    (local paths, HDFS, configured connectors) are read natively.
+    """
+    if storage_options:
+        raise InvalidInputError(
+            "read_table: storage_options are not supported yet; configure the filesystem in "
+            "Spark's Hadoop configuration and fsspec's defaults instead"
+        )
+    with Table.open(uri, slots=slots) as table:
+        snap = table.snapshot(version, timestamp=timestamp)
+        canonical = table.uri
+    return snapshot_dataframe(spark, canonical, snap, where, slots=slots)
+
+
+def snapshot_dataframe(
+    spark: SparkSession, uri: str, snapshot: Snapshot, where: str | None = None, *, slots: Any = None
+) -> DataFrame:
+    """The live rows of ``snapshot`` (of the table at ``uri``): natively when Spark can open
+    the files, else through the Python data source (one INFO log line says so)."""
+    scan = NativeScan(spark, uri, snapshot, where)
+    root = hadoop_uri(spark, uri)
+    if root is None:
+        log.info(
+            "native read of %s unavailable: Spark's Hadoop layer has no filesystem for its scheme; "
+            "reading version %d through the eventlog Python data source instead",
+            uri,
+            snapshot.version,
+        )
+        return scan.python_source(slots)
+    return scan.dataframe(root)
+
+
+def hadoop_uri(spark: SparkSession, uri: str) -> str | None:
+    """The Hadoop form of a table or file URI (``file:/...``, ``s3a://...``), or None when the
+    JVM has no Hadoop FileSystem for its scheme."""
+    parsed = urlparse(uri)
+    scheme = parsed.scheme if len(parsed.scheme) > 1 else "file"  # "C:" is a drive
+    hadoop_scheme = _SCHEMES.get(scheme, scheme)
+    jvm: Any = spark.sparkContext._jvm
+    try:
+        jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(
+            hadoop_scheme, spark.sparkContext._jsc.hadoopConfiguration()
+        )
+    except Exception:  # py4j wraps UnsupportedFileSystemException / ClassNotFoundException
+        return None
+    if hadoop_scheme == "file":
+        return "file:" + (parsed.path if parsed.scheme else uri)
+    return f"{hadoop_scheme}://{uri.split('://', 1)[1]}"
+
+
+class NativeScan:
+    """One snapshot, planned for Spark's Parquet source."""
+
+    def __init__(self, spark: SparkSession, uri: str, snapshot: Snapshot, where: str | None) -> None:
+        self.spark = spark
+        self.uri = uri
+        self.snapshot = snapshot
+        self.where = where
+        self.fs, self.root, _ = normalize_uri(uri)
+        self.schema = T.StructType.fromJson(orjson.loads(snapshot.metadata.schema_string))
+        self.partition_columns = tuple(snapshot.partition_columns)
+        parts = set(self.partition_columns)
+        self.data_schema = T.StructType([f for f in self.schema.fields if f.name not in parts])
+        files = list(snapshot.add_files)
+        self.total_files = len(files)
+        if where is not None:
+            predicate = ex.parse_predicate(where, snapshot.schema, context="where")
+            _, files = prune_files(files, predicate, snapshot.schema, self.partition_columns)
+        self.files = files
+
+    # ------------------------------------------------------------------ fallback
+
+    def python_source(self, slots: Any) -> DataFrame:
+        activate_session(self.spark)
+        reader = self.spark.read.format("eventlog").option("versionAsOf", self.snapshot.version)
+        if isinstance(slots, str):
+            reader = reader.option("slots", slots)
+        return self._filtered(reader.load(self.uri))
+
+    # ------------------------------------------------------------------ native
+
+    def dataframe(self, root: str) -> DataFrame:
+        """The live rows of the planned files, in table column order."""
+        log.info(
+            "native scan of %s at version %d: %d of %d files after pruning (%s)",
+            self.uri,
+            self.snapshot.version,
+            len(self.files),
+            self.total_files,
+            self.where or "no filter",
+        )
+        # Every column nullable, as in all Spark file sources: the union with an empty
+        # relation sets that (a partition value is a non-null literal otherwise); the
+        # optimizer drops the empty side.
+        empty = self.spark.createDataFrame([], nullable_schema(self.schema))
+        if not self.files:
+            return empty
+        groups: dict[tuple[str | None, ...], list[AddFile]] = {}
+        for f in self.files:
+            key = tuple(f.partition_values.get(c) for c in self.partition_columns)
+            groups.setdefault(key, []).append(f)
+        if not self.partition_columns or len(groups) <= MAX_PARTITION_SCANS:
+            frames = [self._with_literals(self._live_rows(root, files), key) for key, files in groups.items()]
+        else:
+            frames = [self._with_joined_values(root)]
+        return self._filtered(reduce(DataFrame.union, frames, empty))
+
+    def _filtered(self, df: DataFrame) -> DataFrame:
+        return df if self.where is None else df.where(F.expr(self.where))
+
+    def _read(self, root: str, files: Sequence[AddFile]) -> DataFrame:
+        paths = [file_uri(root, f.path) for f in files]
+        try:
+            # __globPaths__: a file name is a name, not a pattern ("[", "*", "?" are legal).
+            return self.spark.read.schema(self.data_schema).option("__globPaths__", "false").parquet(*paths)
+        except AnalysisException as exc:
+            if "PATH_NOT_FOUND" not in str(exc):
+                raise
+            missing = str(exc).split("Path does not exist:", 1)[-1].strip().split(" ", 1)[0].rstrip(".")
+            raise DataFileNotFoundError(self.uri, missing, self.snapshot.version) from exc
+
+    def _live_rows(self, root: str, files: Sequence[AddFile]) -> DataFrame:
+        """Data columns of the live rows of ``files`` (deletion vectors applied)."""
+        plain = [f for f in files if f.deletion_vector is None]
+        frames = [self._read(root, plain)] if plain else []
+        frames += [self._read(root, chunk).where(_dv_filter(self, chunk)) for chunk in _dv_scans(self, files)]
+        names = self.data_schema.fieldNames()
+        return reduce(DataFrame.union, [df.select(*[_col(n) for n in names]) for df in frames])
+
+    def _with_literals(self, df: DataFrame, key: tuple[str | None, ...]) -> DataFrame:
+        values = dict(zip(self.partition_columns, key, strict=True))
+        arrow = self.snapshot.schema
+
+        def column(f: T.StructField) -> Column:
+            if f.name not in values:
+                return _col(f.name)
+            return partition_literal(values[f.name], f.dataType, arrow.field(f.name).type).alias(f.name)
+
+        return df.select(*[column(f) for f in self.schema.fields])
+
+    def _with_joined_values(self, root: str) -> DataFrame:
+        """All files in one scan; partition values joined on ``_metadata.file_path``."""
+        rows = self._live_rows(root, self.files).withColumn(_PATH_COL, F.col("_metadata.file_path"))
+        qualified = _qualified_paths(self.spark, [file_uri(root, f.path) for f in self.files])
+        fields = [self.schema[c] for c in self.partition_columns]
+        table = self.snapshot.schema
+        carriers = [
+            (path, *[_carrier(f.partition_values.get(c.name), table.field(c.name).type) for c in fields])
+            for path, f in zip(qualified, self.files, strict=True)
+        ]
+        carrier_schema = T.StructType(
+            [
+                T.StructField(_PATH_COL, T.StringType()),
+                *[T.StructField(c.name, _carrier_type(c.dataType)) for c in fields],
+            ]
+        )
+        values = self.spark.createDataFrame(carriers, carrier_schema).select(
+            _col(_PATH_COL), *[_from_carrier(_col(c.name), c.dataType).alias(c.name) for c in fields]
+        )
+        joined = rows.join(F.broadcast(values), _PATH_COL, "inner")
+        return joined.select(*[_col(f.name) for f in self.schema.fields])
+
+
+# --------------------------------------------------------------------------- deletion vectors
+
+
+def _dv_scans(scan: NativeScan, files: Sequence[AddFile]) -> list[list[AddFile]]:
+    """Files with a DV, split into scans whose files have distinct sizes (the filter tells
+    files apart by ``_metadata.file_size``) and whose bit array stays bounded."""
+    chunks: list[list[AddFile]] = []
+    sizes: list[set[int]] = []
+    rows: list[int] = []
+    for f in files:
+        if f.deletion_vector is None:
+            continue
+        n = _rows(scan, f)
+        for i, chunk in enumerate(chunks):
+            if f.size not in sizes[i] and rows[i] + n <= MAX_DV_ROWS_PER_SCAN:
+                chunk.append(f)
+                sizes[i].add(f.size)
+                rows[i] += n
+                break
+        else:
+            chunks.append([f])
+            sizes.append({f.size})
+            rows.append(n)
+    return chunks
+
+
+def _rows(scan: NativeScan, add: AddFile) -> int:
+    """Physical rows of a file: its stats, else its Parquet footer."""
+    return add.num_records if add.num_records is not None else physical_row_count(scan.fs, scan.root, add)
+
+
+def _dv_filter(scan: NativeScan, files: Sequence[AddFile]) -> Column:
+    """True for the rows of ``files`` their deletion vectors keep.
+
+    One bit per physical row of every file, 64 to a word, files laid end to end; a balanced
+    tree of comparisons on ``_metadata.file_size`` finds a row's file's first word. A size
+    no file of this scan has (the log's ``size`` differs from the file) fails the query
+    instead of guessing.
+    """
+    words: list[np.ndarray] = []
+    starts: dict[int, int] = {}
+    offset = 0
+    for f in files:
+        n = _rows(scan, f)
+        bits = np.zeros(((n + 63) // 64) * 64, dtype=np.bool_)
+        assert f.deletion_vector is not None
+        deleted = np.frombuffer(
+            read_deletion_vector(scan.fs, scan.root, f.deletion_vector).to_array(), dtype=np.uint64
+        ).astype(np.int64)
+        if deleted.size and int(deleted[-1]) >= n:
+            raise InvalidInputError(f"{f.path}: deletion vector deletes row {int(deleted[-1])} of {n}")
+        bits[deleted] = True
+        packed = np.packbits(bits, bitorder="little").view("<i8")
+        starts[f.size] = offset
+        offset += packed.size
+        words.append(packed)
+    array = F.split(F.lit(",".join(map(str, np.concatenate(words).tolist()))), ",").cast("array<bigint>")
+    start = _size_tree(sorted(starts.items()))
+    index = (start + F.expr(f"{_ROW_INDEX} div 64") + 1).cast("int")
+    shift = F.expr(f"cast({_ROW_INDEX} % 64 as int)")
+    return F.bit_get(F.element_at(array, index), shift) == F.lit(0)
+
+
+def _size_tree(items: Sequence[tuple[int, int]]) -> Column:
+    """``CASE`` tree mapping a file size to its first word (log2(n) comparisons per row)."""
+    size = F.col(_FILE_SIZE)
+    if len(items) == 1:
+        ((key, value),) = items
+        return F.when(size == F.lit(key), F.lit(value)).otherwise(
+            F.raise_error(F.format_string("file of %d bytes has no deletion vector in this scan", size))
+        )
+    mid = len(items) // 2
+    return F.when(size < F.lit(items[mid][0]), _size_tree(items[:mid])).otherwise(_size_tree(items[mid:]))
+
+
+# --------------------------------------------------------------------------- paths and values
+
+
+def file_uri(root: str, path: str) -> str:
+    """Hadoop URI of a data file named by ``add.path`` (percent-encoded, relative or absolute).
+
+    Hadoop's ``Path`` takes unescaped text and escapes it itself, so the decoded path is
+    passed (a literal ``%3A`` in a partition directory name stays one).
+    """
+    parsed = urlparse(path)
+    if parsed.scheme:
+        scheme = _SCHEMES.get(parsed.scheme, parsed.scheme)
+        rest = unquote(path.split(":", 1)[1])
+        return f"{scheme}:{rest}"
+    return f"{root.rstrip('/')}/{unquote(path)}"
+
+
+def _qualified_paths(spark: SparkSession, paths: Sequence[str]) -> list[str]:
+    """``_metadata.file_path`` as Spark will report it for each Hadoop path."""
+    jvm: Any = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    out = []
+    for p in paths:
+        hp = jvm.org.apache.hadoop.fs.Path(p)
+        out.append(str(hp.getFileSystem(conf).makeQualified(hp).toUri().toString()))
+    return out
+
+
+def _col(name: str) -> Column:
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def partition_literal(value: str | None, spark_type: T.DataType, arrow_type: pa.DataType) -> Column:
+    """The typed value of a partition column from its ``partitionValues`` string."""
+    return _from_carrier(F.lit(_carrier(value, arrow_type)), spark_type)
+
+
+def _carrier_type(t: T.DataType) -> T.DataType:
+    """The simple Spark type a partition value travels as before :func:`_from_carrier`."""
+    if isinstance(t, T.TimestampType):
+        return T.LongType()  # microseconds since the epoch: exact in any session time zone
+    if isinstance(t, (T.TimestampNTZType, T.DateType, T.DecimalType)):
+        return T.StringType()
+    return t
+
+
+def _carrier(value: str | None, arrow_type: pa.DataType) -> Any:
+    decoded = decode_partition_value(value, arrow_type)
+    if decoded is None:
+        return None
+    if isinstance(decoded, dt.datetime):
+        if decoded.tzinfo is not None:
+            delta = decoded - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+            return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+        return decoded.isoformat(sep=" ")
+    if isinstance(decoded, (dt.date, Decimal)):
+        return str(decoded)
+    if isinstance(decoded, bytes):
+        return bytearray(decoded)
+    return decoded
+
+
+def _from_carrier(column: Column, t: T.DataType) -> Column:
+    if isinstance(t, T.TimestampType):
+        return F.timestamp_micros(column)
+    return column.cast(t)
