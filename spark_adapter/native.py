@@ -32,7 +32,6 @@ from functools import reduce
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-import numpy as np
 import orjson
 import pyarrow as pa
 from pyspark.errors import AnalysisException
@@ -42,18 +41,16 @@ from pyspark.sql import types as T
 
 from eventlog import expr as ex
 from eventlog.errors import DataFileNotFoundError, InvalidInputError
-from eventlog.files.deletion_vectors import read_deletion_vector
 from eventlog.files.partition_values import decode_partition_value
 from eventlog.files.pruning import prune_files
-from eventlog.files.reader import physical_row_count
 from eventlog.log.actions import AddFile
 from eventlog.log.storage import normalize_uri
 from eventlog.snapshot import Snapshot
 from eventlog.table import Table
+from spark_adapter.native_dv import dv_filter, dv_scans
 from spark_adapter.types import activate_session, nullable_schema
 
 __all__ = [
-    "MAX_DV_ROWS_PER_SCAN",
     "MAX_PARTITION_SCANS",
     "NativeScan",
     "hadoop_uri",
@@ -67,12 +64,8 @@ MAX_PARTITION_SCANS = 64
 """Up to this many distinct partitions, each is its own scan with its values as literals;
 beyond it, one scan and a broadcast join on the file path (planning many scans is slower
 than the join)."""
-MAX_DV_ROWS_PER_SCAN = 1 << 26
-"""Rows (of files with a deletion vector) one scan's bit array covers: 8 MB of plan."""
 
 _SCHEMES = {"file": "file", "local": "file", "s3": "s3a", "s3a": "s3a", "gs": "gs", "gcs": "gs"}
-_ROW_INDEX = "_metadata.row_index"
-_FILE_SIZE = "_metadata.file_size"
 _PATH_COL = "__eventlog_native_path"
 
 
@@ -215,7 +208,8 @@ class NativeScan:
         """Data columns of the live rows of ``files`` (deletion vectors applied)."""
         plain = [f for f in files if f.deletion_vector is None]
         frames = [self._read(root, plain)] if plain else []
-        frames += [self._read(root, chunk).where(_dv_filter(self, chunk)) for chunk in _dv_scans(self, files)]
+        for chunk in dv_scans(self.fs, self.root, files):
+            frames.append(self._read(root, chunk).where(dv_filter(self.fs, self.root, chunk)))
         names = self.data_schema.fieldNames()
         return reduce(DataFrame.union, [df.select(*[_col(n) for n in names]) for df in frames])
 
@@ -251,81 +245,6 @@ class NativeScan:
         )
         joined = rows.join(F.broadcast(values), _PATH_COL, "inner")
         return joined.select(*[_col(f.name) for f in self.schema.fields])
-
-
-# --------------------------------------------------------------------------- deletion vectors
-
-
-def _dv_scans(scan: NativeScan, files: Sequence[AddFile]) -> list[list[AddFile]]:
-    """Files with a DV, split into scans whose files have distinct sizes (the filter tells
-    files apart by ``_metadata.file_size``) and whose bit array stays bounded."""
-    chunks: list[list[AddFile]] = []
-    sizes: list[set[int]] = []
-    rows: list[int] = []
-    for f in files:
-        if f.deletion_vector is None:
-            continue
-        n = _rows(scan, f)
-        for i, chunk in enumerate(chunks):
-            if f.size not in sizes[i] and rows[i] + n <= MAX_DV_ROWS_PER_SCAN:
-                chunk.append(f)
-                sizes[i].add(f.size)
-                rows[i] += n
-                break
-        else:
-            chunks.append([f])
-            sizes.append({f.size})
-            rows.append(n)
-    return chunks
-
-
-def _rows(scan: NativeScan, add: AddFile) -> int:
-    """Physical rows of a file: its stats, else its Parquet footer."""
-    return add.num_records if add.num_records is not None else physical_row_count(scan.fs, scan.root, add)
-
-
-def _dv_filter(scan: NativeScan, files: Sequence[AddFile]) -> Column:
-    """True for the rows of ``files`` their deletion vectors keep.
-
-    One bit per physical row of every file, 64 to a word, files laid end to end; a balanced
-    tree of comparisons on ``_metadata.file_size`` finds a row's file's first word. A size
-    no file of this scan has (the log's ``size`` differs from the file) fails the query
-    instead of guessing.
-    """
-    words: list[np.ndarray] = []
-    starts: dict[int, int] = {}
-    offset = 0
-    for f in files:
-        n = _rows(scan, f)
-        bits = np.zeros(((n + 63) // 64) * 64, dtype=np.bool_)
-        assert f.deletion_vector is not None
-        deleted = np.frombuffer(
-            read_deletion_vector(scan.fs, scan.root, f.deletion_vector).to_array(), dtype=np.uint64
-        ).astype(np.int64)
-        if deleted.size and int(deleted[-1]) >= n:
-            raise InvalidInputError(f"{f.path}: deletion vector deletes row {int(deleted[-1])} of {n}")
-        bits[deleted] = True
-        packed = np.packbits(bits, bitorder="little").view("<i8")
-        starts[f.size] = offset
-        offset += packed.size
-        words.append(packed)
-    array = F.split(F.lit(",".join(map(str, np.concatenate(words).tolist()))), ",").cast("array<bigint>")
-    start = _size_tree(sorted(starts.items()))
-    index = (start + F.expr(f"{_ROW_INDEX} div 64") + 1).cast("int")
-    shift = F.expr(f"cast({_ROW_INDEX} % 64 as int)")
-    return F.bit_get(F.element_at(array, index), shift) == F.lit(0)
-
-
-def _size_tree(items: Sequence[tuple[int, int]]) -> Column:
-    """``CASE`` tree mapping a file size to its first word (log2(n) comparisons per row)."""
-    size = F.col(_FILE_SIZE)
-    if len(items) == 1:
-        ((key, value),) = items
-        return F.when(size == F.lit(key), F.lit(value)).otherwise(
-            F.raise_error(F.format_string("file of %d bytes has no deletion vector in this scan", size))
-        )
-    mid = len(items) // 2
-    return F.when(size < F.lit(items[mid][0]), _size_tree(items[:mid])).otherwise(_size_tree(items[mid:]))
 
 
 # --------------------------------------------------------------------------- paths and values
