@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from functools import reduce
 from typing import Any
@@ -43,6 +43,7 @@ from eventlog import expr as ex
 from eventlog.errors import DataFileNotFoundError, InvalidInputError
 from eventlog.files.partition_values import decode_partition_value
 from eventlog.files.pruning import prune_files
+from eventlog.files.schema import from_spark_schema_json
 from eventlog.log.actions import AddFile
 from eventlog.log.storage import normalize_uri
 from eventlog.snapshot import Snapshot
@@ -52,7 +53,13 @@ from spark_adapter.types import activate_session, nullable_schema
 
 __all__ = [
     "MAX_PARTITION_SCANS",
+    "NATIVE_CONF",
     "NativeScan",
+    "Tags",
+    "distinct_sizes",
+    "native_enabled",
+    "size_lookup",
+    "tagged_rows",
     "hadoop_uri",
     "read_table",
     "snapshot_dataframe",
@@ -67,6 +74,11 @@ than the join)."""
 
 _SCHEMES = {"file": "file", "local": "file", "s3": "s3a", "s3a": "s3a", "gs": "gs", "gcs": "gs"}
 _PATH_COL = "__eventlog_native_path"
+_ROW_INDEX = "_metadata.row_index"
+_FILE_SIZE = "_metadata.file_size"
+NATIVE_CONF = "spark.eventlog.native.enabled"
+"""Session conf: ``false`` makes ``read_table``/``toDF`` and DML read through the Python
+data source instead (a switch for comparison and for filesystems Spark misreads)."""
 
 
 def read_table(
@@ -104,7 +116,7 @@ def snapshot_dataframe(
     the files, else through the Python data source (one INFO log line says so)."""
     scan = NativeScan(spark, uri, snapshot, where)
     root = hadoop_uri(spark, uri)
-    if root is None:
+    if root is None or not native_enabled(spark):
         log.info(
             "native read of %s unavailable: Spark's Hadoop layer has no filesystem for its scheme; "
             "reading version %d through the eventlog Python data source instead",
@@ -136,22 +148,35 @@ def hadoop_uri(spark: SparkSession, uri: str) -> str | None:
 class NativeScan:
     """One snapshot, planned for Spark's Parquet source."""
 
-    def __init__(self, spark: SparkSession, uri: str, snapshot: Snapshot, where: str | None) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        uri: str,
+        snapshot: Snapshot,
+        where: str | None = None,
+        *,
+        files: Sequence[AddFile] | None = None,
+        schema_string: str | None = None,
+    ) -> None:
+        """Plan ``snapshot``'s live files (or ``files``), pruned by ``where``; rows get the
+        columns of ``schema_string`` (default: the snapshot's schema)."""
         self.spark = spark
         self.uri = uri
         self.snapshot = snapshot
         self.where = where
         self.fs, self.root, _ = normalize_uri(uri)
-        self.schema = T.StructType.fromJson(orjson.loads(snapshot.metadata.schema_string))
+        text = schema_string if schema_string is not None else snapshot.metadata.schema_string
+        self.schema = T.StructType.fromJson(orjson.loads(text))
+        self.arrow_schema = from_spark_schema_json(text)
         self.partition_columns = tuple(snapshot.partition_columns)
         parts = set(self.partition_columns)
         self.data_schema = T.StructType([f for f in self.schema.fields if f.name not in parts])
-        files = list(snapshot.add_files)
-        self.total_files = len(files)
+        planned = list(snapshot.add_files if files is None else files)
+        self.total_files = len(planned)
         if where is not None:
             predicate = ex.parse_predicate(where, snapshot.schema, context="where")
-            _, files = prune_files(files, predicate, snapshot.schema, self.partition_columns)
-        self.files = files
+            _, planned = prune_files(planned, predicate, snapshot.schema, self.partition_columns)
+        self.files = planned
 
     # ------------------------------------------------------------------ fallback
 
@@ -164,8 +189,9 @@ class NativeScan:
 
     # ------------------------------------------------------------------ native
 
-    def dataframe(self, root: str) -> DataFrame:
-        """The live rows of the planned files, in table column order."""
+    def dataframe(self, root: str, tags: Tags | None = None) -> DataFrame:
+        """The live rows of the planned files, in table column order; with ``tags``, also
+        each row's file id and physical row position (DML's read, :func:`tagged_rows`)."""
         log.info(
             "native scan of %s at version %d: %d of %d files after pruning (%s)",
             self.uri,
@@ -177,7 +203,10 @@ class NativeScan:
         # Every column nullable, as in all Spark file sources: the union with an empty
         # relation sets that (a partition value is a non-null literal otherwise); the
         # optimizer drops the empty side.
-        empty = self.spark.createDataFrame([], nullable_schema(self.schema))
+        out = nullable_schema(self.schema)
+        if tags is not None:
+            out = T.StructType([*out.fields, *tags.fields])
+        empty = self.spark.createDataFrame([], out)
         if not self.files:
             return empty
         groups: dict[tuple[str | None, ...], list[AddFile]] = {}
@@ -185,9 +214,12 @@ class NativeScan:
             key = tuple(f.partition_values.get(c) for c in self.partition_columns)
             groups.setdefault(key, []).append(f)
         if not self.partition_columns or len(groups) <= MAX_PARTITION_SCANS:
-            frames = [self._with_literals(self._live_rows(root, files), key) for key, files in groups.items()]
+            frames = [
+                self._with_literals(self._live_rows(root, files, tags), key, tags)
+                for key, files in groups.items()
+            ]
         else:
-            frames = [self._with_joined_values(root)]
+            frames = [self._with_joined_values(root, tags)]
         return self._filtered(reduce(DataFrame.union, frames, empty))
 
     def _filtered(self, df: DataFrame) -> DataFrame:
@@ -204,32 +236,37 @@ class NativeScan:
             missing = str(exc).split("Path does not exist:", 1)[-1].strip().split(" ", 1)[0].rstrip(".")
             raise DataFileNotFoundError(self.uri, missing, self.snapshot.version) from exc
 
-    def _live_rows(self, root: str, files: Sequence[AddFile]) -> DataFrame:
-        """Data columns of the live rows of ``files`` (deletion vectors applied)."""
+    def _live_rows(self, root: str, files: Sequence[AddFile], tags: Tags | None) -> DataFrame:
+        """Data columns (and ``tags``) of the live rows of ``files`` (deletion vectors applied)."""
         plain = [f for f in files if f.deletion_vector is None]
-        frames = [self._read(root, plain)] if plain else []
+        # Tags tell files apart by size: each scan's files must differ in it.
+        chunks = (distinct_sizes(plain) if tags is not None else [plain]) if plain else []
+        frames = [(chunk, self._read(root, chunk)) for chunk in chunks]
         for chunk in dv_scans(self.fs, self.root, files):
-            frames.append(self._read(root, chunk).where(dv_filter(self.fs, self.root, chunk)))
-        names = self.data_schema.fieldNames()
-        return reduce(DataFrame.union, [df.select(*[_col(n) for n in names]) for df in frames])
+            frames.append((chunk, self._read(root, chunk).where(dv_filter(self.fs, self.root, chunk))))
+        names = [_col(n) for n in self.data_schema.fieldNames()]
+        return reduce(
+            DataFrame.union,
+            [df.select(*names, *(tags.columns(chunk) if tags is not None else [])) for chunk, df in frames],
+        )
 
-    def _with_literals(self, df: DataFrame, key: tuple[str | None, ...]) -> DataFrame:
+    def _with_literals(self, df: DataFrame, key: tuple[str | None, ...], tags: Tags | None) -> DataFrame:
         values = dict(zip(self.partition_columns, key, strict=True))
-        arrow = self.snapshot.schema
+        arrow = self.arrow_schema
 
         def column(f: T.StructField) -> Column:
             if f.name not in values:
                 return _col(f.name)
             return partition_literal(values[f.name], f.dataType, arrow.field(f.name).type).alias(f.name)
 
-        return df.select(*[column(f) for f in self.schema.fields])
+        return df.select(*[column(f) for f in self.schema.fields], *_tag_names(tags))
 
-    def _with_joined_values(self, root: str) -> DataFrame:
+    def _with_joined_values(self, root: str, tags: Tags | None) -> DataFrame:
         """All files in one scan; partition values joined on ``_metadata.file_path``."""
-        rows = self._live_rows(root, self.files).withColumn(_PATH_COL, F.col("_metadata.file_path"))
+        rows = self._live_rows(root, self.files, tags).withColumn(_PATH_COL, F.col("_metadata.file_path"))
         qualified = _qualified_paths(self.spark, [file_uri(root, f.path) for f in self.files])
         fields = [self.schema[c] for c in self.partition_columns]
-        table = self.snapshot.schema
+        table = self.arrow_schema
         carriers = [
             (path, *[_carrier(f.partition_values.get(c.name), table.field(c.name).type) for c in fields])
             for path, f in zip(qualified, self.files, strict=True)
@@ -244,7 +281,84 @@ class NativeScan:
             _col(_PATH_COL), *[_from_carrier(_col(c.name), c.dataType).alias(c.name) for c in fields]
         )
         joined = rows.join(F.broadcast(values), _PATH_COL, "inner")
-        return joined.select(*[_col(f.name) for f in self.schema.fields])
+        return joined.select(*[_col(f.name) for f in self.schema.fields], *_tag_names(tags))
+
+
+class Tags:
+    """Columns DML reads with each row: its file's id and its physical position in the file
+    (what a deletion vector addresses)."""
+
+    def __init__(self, ids: Mapping[str, int], file_column: str, position_column: str) -> None:
+        self.ids = ids  # add.path -> file id
+        self.file_column = file_column
+        self.position_column = position_column
+        self.fields = [
+            T.StructField(file_column, T.IntegerType(), nullable=True),
+            T.StructField(position_column, T.LongType(), nullable=True),
+        ]
+
+    def columns(self, files: Sequence[AddFile]) -> list[Column]:
+        """The tag columns of a scan of ``files`` (which differ in size)."""
+        by_size = {f.size: self.ids[f.path] for f in files}
+        file_id = size_lookup(sorted(by_size.items()), "a file of this scan").cast("int")
+        return [file_id.alias(self.file_column), F.col(_ROW_INDEX).alias(self.position_column)]
+
+
+def _tag_names(tags: Tags | None) -> list[Column]:
+    return [] if tags is None else [_col(tags.file_column), _col(tags.position_column)]
+
+
+def tagged_rows(
+    spark: SparkSession,
+    uri: str,
+    snapshot: Snapshot | None,
+    schema_string: str,
+    files: Sequence[tuple[int, AddFile]],
+    file_column: str,
+    position_column: str,
+) -> DataFrame | None:
+    """Live rows of ``files`` (id, file) with their file id and physical position, read
+    natively; None when the session disables native reads or Spark cannot open the files."""
+    root = hadoop_uri(spark, uri)
+    if root is None or snapshot is None or not native_enabled(spark):
+        return None
+    scan = NativeScan(spark, uri, snapshot, files=[f for _, f in files], schema_string=schema_string)
+    tags = Tags({f.path: fid for fid, f in files}, file_column, position_column)
+    return scan.dataframe(root, tags)
+
+
+def native_enabled(spark: SparkSession) -> bool:
+    """The session conf :data:`NATIVE_CONF` (default true)."""
+    return str(spark.conf.get(NATIVE_CONF, "true")).strip().lower() != "false"
+
+
+def distinct_sizes(files: Sequence[AddFile]) -> list[list[AddFile]]:
+    """``files`` split into as few groups as possible whose files all differ in size."""
+    groups: list[list[AddFile]] = []
+    sizes: list[set[int]] = []
+    for f in files:
+        i = next((i for i, seen in enumerate(sizes) if f.size not in seen), len(groups))
+        if i == len(groups):
+            groups.append([])
+            sizes.append(set())
+        groups[i].append(f)
+        sizes[i].add(f.size)
+    return groups
+
+
+def size_lookup(items: Sequence[tuple[int, int]], what: str) -> Column:
+    """``CASE`` tree mapping ``_metadata.file_size`` to a value (log2(n) comparisons per
+    row); a size not in ``items`` fails the query, naming ``what`` it should have been."""
+    size = F.col(_FILE_SIZE)
+    if len(items) == 1:
+        ((key, value),) = items
+        return F.when(size == F.lit(key), F.lit(value)).otherwise(
+            F.raise_error(F.format_string(f"file of %d bytes is not {what}", size))
+        )
+    mid = len(items) // 2
+    return F.when(size < F.lit(items[mid][0]), size_lookup(items[:mid], what)).otherwise(
+        size_lookup(items[mid:], what)
+    )
 
 
 # --------------------------------------------------------------------------- paths and values

@@ -83,12 +83,17 @@ HOLDER_POLL_SECONDS = 0.5
 _HANDSHAKE_SECONDS = 60.0
 
 # Runs ownership.py as a standalone module (not through the ``streaming`` package, whose
-# imports are heavy), with the spawner's sys.path.
+# imports are heavy), with the spawner's sys.path. Inside a zip (code shipped to a Spark
+# cluster with pyFiles) the file cannot be loaded by path: it is imported by name there.
 _BOOT = (
-    "import json, sys, importlib.util as u\n"
+    "import json, os, sys, importlib, importlib.util as u\n"
     "a = json.loads(sys.argv[2]); sys.path[:0] = a['sys_path']\n"
-    "s = u.spec_from_file_location('_eventlog_lease_holder', sys.argv[1])\n"
-    "m = u.module_from_spec(s); sys.modules[s.name] = m; s.loader.exec_module(m); m._holder_main(a)\n"
+    "if os.path.isfile(sys.argv[1]):\n"
+    "    s = u.spec_from_file_location('_eventlog_lease_holder', sys.argv[1])\n"
+    "    m = u.module_from_spec(s); sys.modules[s.name] = m; s.loader.exec_module(m)\n"
+    "else:\n"
+    "    m = importlib.import_module('streaming.ownership')\n"
+    "m._holder_main(a)\n"
 )
 
 

@@ -44,6 +44,7 @@ from eventlog.log.storage import normalize_uri
 from eventlog.ops.alter import TARGET_FILE_SIZE_KEY
 from eventlog.ops.transaction import Transaction
 from eventlog.txn.transaction import CommitResult
+from spark_adapter.native import tagged_rows
 
 log = logging.getLogger(__name__)
 
@@ -269,6 +270,16 @@ def read_files(spark: SparkSession, ctx: JobContext, files: Sequence[tuple[int, 
     records = [(fid, orjson.dumps(add.to_json()).decode()) for fid, add in files]
     task = functools.partial(_read_task, ctx, to_arrow_schema(out, timezone="UTC"))
     return parallelize(spark, records, one_per_task=False).mapInArrow(task, out)
+
+
+def scan_files(
+    spark: SparkSession, ctx: JobContext, txn: Transaction, files: Sequence[tuple[int, AddFile]]
+) -> DataFrame:
+    """The rows :func:`read_files` gives, read by Spark's own Parquet reader when it can
+    open the table (:func:`spark_adapter.native.tagged_rows`). Rows of one file may be
+    spread over several tasks here."""
+    df = tagged_rows(spark, ctx.uri, txn.snapshot, ctx.schema_string, files, FILE_COL, POS_COL)
+    return df if df is not None else read_files(spark, ctx, files)
 
 
 def _read_task(

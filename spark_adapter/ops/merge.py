@@ -50,8 +50,8 @@ from spark_adapter.ops.jobs import (
     PendingCommit,
     StagedFiles,
     quoted,
-    read_files,
     run_planned,
+    scan_files,
     stage_adds,
     stage_dv_deletes,
     to_column,
@@ -190,7 +190,7 @@ class SparkMergeBuilder:
         matched_values = [self._values(c) if c.kind == "update" else {} for c in merge.matched]
         insert_values = [self._values(c) for c in merge.not_matched]
 
-        target = read_files(spark, ctx, list(enumerate(files))).alias(ta)
+        target = scan_files(spark, ctx, txn, list(enumerate(files))).alias(ta)
         # Left outer keeps every source row: unmatched ones feed the insert clauses, and the
         # row ids let the same job count the source rows (no extra pass over the source).
         source = self._source.withColumn(_SRC, F.monotonically_increasing_id()).alias(self._source_alias)
@@ -280,7 +280,7 @@ class SparkMergeBuilder:
             parts.append(tagged.where(k.isin("U", "I")).select(*[quoted(n) for n in names]))
         if touched and not use_dv:
             keys = tagged.where(changed).select(FILE_COL, POS_COL).distinct()
-            kept = read_files(spark, ctx, [(fid, files[fid]) for fid in touched])
+            kept = scan_files(spark, ctx, txn, [(fid, files[fid]) for fid in touched])
             parts.append(
                 kept.join(keys, [FILE_COL, POS_COL], "left_anti").select(*[quoted(n) for n in names])
             )

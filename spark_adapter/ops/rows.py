@@ -14,12 +14,13 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from eventlog.files.enforce import conform
 from eventlog.log.actions import AddFile
 from eventlog.ops.transaction import Transaction
+from spark_adapter.native import tagged_rows
 from spark_adapter.ops.jobs import (
     FILE_COL,
     POS_COL,
@@ -33,6 +34,7 @@ from spark_adapter.ops.jobs import (
     read_files,
     result_batch,
     stage_dv_deletes,
+    write_rows,
 )
 
 MATCH_COL = "__eventlog_match"
@@ -53,10 +55,14 @@ def rewrite_matching(
     """
     if not files:
         return [], [], (0, 0)
+    hit = F.coalesce(match, F.lit(False)) if match is not None else F.lit(True)
+    ids = list(enumerate(files))
+    native = tagged_rows(spark, ctx.uri, txn.snapshot, ctx.schema_string, ids, FILE_COL, POS_COL)
+    if native is not None:
+        return _rewrite_natively(spark, ctx, txn, files, native.withColumn(MATCH_COL, hit), values)
     use_dv = txn.deletion_vectors_enabled
     names = ctx.arrow_schema.names
     rows = read_files(spark, ctx, list(enumerate(files)))
-    hit = F.coalesce(match, F.lit(False)) if match is not None else F.lit(True)
     rows = rows.withColumn(MATCH_COL, hit)
     if values is not None:
         m = F.col(MATCH_COL)
@@ -83,6 +89,58 @@ def rewrite_matching(
         txn.remove_files(touched)
     counts = (sum(r.n1 for r in per_file), sum(r.n2 for r in per_file))
     return touched, adds_of(results), counts
+
+
+def _rewrite_natively(
+    spark: SparkSession,
+    ctx: JobContext,
+    txn: Transaction,
+    files: Sequence[AddFile],
+    rows: DataFrame,
+    values: Mapping[str, Column] | None,
+) -> tuple[list[AddFile], list[AddFile], tuple[int, int]]:
+    """:func:`rewrite_matching` on rows read by Spark's Parquet reader, where one file's rows
+    may be split over tasks: a first job finds the touched files (and, with deletion vectors,
+    the matched positions), a second reads the touched files again and writes their rows."""
+    use_dv = txn.deletion_vectors_enabled
+    m = F.col(MATCH_COL)
+    aggs = [F.count(F.lit(1)).alias("live"), F.count(F.when(m, 1)).alias("hits")]
+    if use_dv:
+        aggs.append(F.collect_list(F.when(m, F.col(POS_COL))).alias("positions"))
+    hits = rows.groupBy(FILE_COL).agg(*aggs).where(F.col("hits") > 0)
+    per_file = sorted(hits.collect(), key=lambda r: r[0])
+    by_id = dict(enumerate(files))
+    touched = [by_id[r[0]] for r in per_file]
+    if not touched:
+        return [], [], (0, 0)
+    matched = sum(r.hits for r in per_file)
+    names = ctx.arrow_schema.names
+    again = rows.where(F.col(FILE_COL).isin([r[0] for r in per_file]))
+    if use_dv:
+        # Old images become DV-deleted rows; UPDATE writes the new images.
+        stage_dv_deletes(txn, by_id, {r[0]: list(r.positions) for r in per_file})
+        copied = 0
+        new_rows = None
+        if values is not None:
+            new_rows = again.where(m).select(*[_value(n, values) for n in names])
+    else:
+        txn.remove_files(touched)
+        copied = sum(r.live - r.hits for r in per_file)
+        if values is None:
+            new_rows = again.where(~m)
+        else:
+            new_rows = again.select(*[_value(n, values, unless=~m) for n in names])
+    adds = write_rows(spark, ctx, new_rows) if new_rows is not None else []
+    return touched, adds, (matched, copied)
+
+
+def _value(name: str, values: Mapping[str, Column], *, unless: Column | None = None) -> Column:
+    """Column ``name`` of a rewritten row: its SET value (kept as is where ``unless`` holds)."""
+    if name not in values:
+        return quoted(name)
+    if unless is None:
+        return values[name].alias(name)
+    return F.when(unless, quoted(name)).otherwise(values[name]).alias(name)
 
 
 def _split_by_file(batches: Iterator[pa.RecordBatch]) -> dict[int, list[pa.RecordBatch]]:

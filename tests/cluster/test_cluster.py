@@ -223,16 +223,10 @@ def _check_stream(result: dict[str, Any], uri: str) -> None:
 
 
 def test_streaming_sink_commits_each_batch_exactly_once(inputs: Inputs, main_run: dict[str, Any]) -> None:
-    # Without the checkpoint lease: see the next test.
+    # Without the checkpoint lease (with it: the next test).
     _check_stream(scenario_ok(main_run, "stream"), inputs.stream)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="streaming.ownership starts the lease holder with spec_from_file_location(ownership.__file__), "
-    "which cannot load a module imported from a zip (spark.submit.pyFiles): 'the lease holder exited "
-    "without a report'",
-)
 def test_streaming_sink_with_the_checkpoint_lease_from_shipped_code(
     inputs: Inputs, main_run: dict[str, Any]
 ) -> None:

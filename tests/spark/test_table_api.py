@@ -6,7 +6,7 @@ from __future__ import annotations
 import glob
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ import pytest
 from eventlog import ConcurrentAppendException, InvalidInputError, Table
 from eventlog.errors import MergeCardinalityError
 from eventlog.txn.transaction import dv_relative_path
+from spark_adapter.native import NATIVE_CONF
 from spark_adapter.table import RETENTION_CHECK_CONF, EventlogTable
 from tests.conftest import SCHEMA, rows
 
@@ -34,9 +35,20 @@ def _build(uri: str, partition_by: list[str], properties: dict[str, str] | None 
     return t
 
 
+@pytest.fixture(params=["native", "python"])
+def read_path(request: pytest.FixtureRequest, spark: Any) -> Iterator[str]:
+    """Spark operations read their target natively (default) or in Python tasks."""
+    spark.conf.set(NATIVE_CONF, str(request.param == "native").lower())
+    try:
+        yield str(request.param)
+    finally:
+        spark.conf.unset(NATIVE_CONF)
+
+
 @pytest.fixture
-def twins(tmp_path: Path) -> Callable[..., tuple[Table, Table]]:
-    """A factory of two identical tables: (plain eventlog Table, Table the Spark side uses)."""
+def twins(tmp_path: Path, read_path: str) -> Callable[..., tuple[Table, Table]]:
+    """A factory of two identical tables: (plain eventlog Table, Table the Spark side uses),
+    for each read path of the Spark side."""
     made = iter(range(100))
 
     def make(
@@ -384,8 +396,9 @@ def test_failed_spark_job_commits_nothing_and_cleans_up(spark: Any, tmp_path: Pa
     assert _unreferenced(t) == set()
 
 
-def test_to_df_reads_through_the_data_source(spark: Any, tmp_path: Path) -> None:
-    pytest.importorskip("spark_adapter.datasource")
+def test_to_df_reads_natively_or_through_the_data_source(spark: Any, tmp_path: Path, read_path: str) -> None:
     t = _build(str(tmp_path / "t"), ["date"])
-    got = sorted(r.id for r in EventlogTable.forPath(spark, t.uri).toDF().collect())
-    assert got == list(range(25))
+    df = EventlogTable.forPath(spark, t.uri).toDF()
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    assert ("FileScan parquet" in plan) == (read_path == "native")
+    assert sorted(r.id for r in df.collect()) == list(range(25))
