@@ -9,7 +9,8 @@ import platform
 import resource
 import statistics
 import subprocess
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -58,6 +59,57 @@ def cpu_seconds() -> float:
     """User + system CPU time of this process, all threads included."""
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def process_cpu() -> dict[str, float]:
+    """CPU seconds so far of this process's descendants, as {"jvm": s, "python": s} (Spark).
+
+    The JVM is the ``java`` descendant (its own threads); Python workers are the other
+    descendants, counted with the workers they already reaped (``cutime``/``cstime``), plus
+    the children the JVM reaped itself (its ``cutime``/``cstime``): a Python daemon or worker
+    that exits between two readings would otherwise take its CPU time out of the total.
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+    procs: dict[int, tuple[int, str, list[int]]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                raw = f.read()
+        except OSError:
+            continue
+        name = raw[raw.index("(") + 1 : raw.rindex(")")]
+        fields = raw[raw.rindex(")") + 2 :].split()
+        procs[int(entry)] = (int(fields[1]), name, [int(fields[i]) for i in (11, 12, 13, 14)])
+    out = {"jvm": 0.0, "python": 0.0}
+    frontier, seen = [os.getpid()], set()
+    while frontier:
+        parent = frontier.pop()
+        for pid, (ppid, name, times) in procs.items():
+            if ppid == parent and pid not in seen:
+                seen.add(pid)
+                frontier.append(pid)
+                if name == "java":
+                    out["jvm"] += (times[0] + times[1]) / tick
+                    out["python"] += (times[2] + times[3]) / tick
+                else:
+                    out["python"] += sum(times) / tick
+    return out
+
+
+def cpu_during(fn: Callable[[], object]) -> tuple[float, dict[str, float]]:
+    """(wall seconds, CPU seconds of the JVM and of the Python workers) of ``fn()``."""
+    before = process_cpu()
+    wall = timed(fn)
+    after = process_cpu()
+    return wall, {k: after[k] - before[k] for k in after}
 
 
 def rotated(items: Sequence[str], rep: int) -> list[str]:

@@ -45,7 +45,17 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from bench._common import Stat, machine_note, parse_args, print_table, ratio, rotated, verdict  # noqa: E402
+from bench._common import (  # noqa: E402
+    Stat,
+    cpu_during,
+    machine_note,
+    parse_args,
+    print_table,
+    ratio,
+    rotated,
+    timed,
+    verdict,
+)
 
 ENGINES = ("eventlog", "parquet", "pyfloor")
 COLUMNS = (
@@ -133,54 +143,6 @@ def session() -> Any:
     )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
-
-
-def timed(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-def process_cpu() -> dict[str, float]:
-    """CPU seconds so far of this process's descendants, as {"jvm": s, "python": s}.
-
-    The JVM is the ``java`` descendant (its own threads); Python workers are the other
-    descendants, counted with the workers they already reaped (``cutime``/``cstime``).
-    """
-    tick = os.sysconf("SC_CLK_TCK")
-    procs: dict[int, tuple[int, str, list[int]]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                raw = f.read()
-        except OSError:
-            continue
-        name = raw[raw.index("(") + 1 : raw.rindex(")")]
-        fields = raw[raw.rindex(")") + 2 :].split()
-        procs[int(entry)] = (int(fields[1]), name, [int(fields[i]) for i in (11, 12, 13, 14)])
-    out = {"jvm": 0.0, "python": 0.0}
-    frontier, seen = [os.getpid()], set()
-    while frontier:
-        parent = frontier.pop()
-        for pid, (ppid, name, times) in procs.items():
-            if ppid == parent and pid not in seen:
-                seen.add(pid)
-                frontier.append(pid)
-                if name == "java":
-                    out["jvm"] += (times[0] + times[1]) / tick
-                else:
-                    out["python"] += sum(times) / tick
-    return out
-
-
-def cpu_during(fn: Callable[[], object]) -> tuple[float, dict[str, float]]:
-    """(wall seconds, CPU seconds of the JVM and of the Python workers) of ``fn()``."""
-    before = process_cpu()
-    wall = timed(fn)
-    after = process_cpu()
-    return wall, {k: after[k] - before[k] for k in after}
 
 
 @dataclass
