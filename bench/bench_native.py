@@ -21,7 +21,8 @@ from ``spark.range`` in 2 partitions, written by ``df.write.format("eventlog")``
             vectors); ``native`` against ``parquet`` reading the same files *without* the deletes,
             and ``python``. Target: native >= 0.8x Parquet.
 * dml:      ``EventlogTable.forPath`` DELETE, UPDATE and MERGE touching ~1% of a 1,000,000-row
-            table (``--quick``: 50,000; no deletion vectors, so files are rewritten), each on a
+            table (``--quick``: 50,000), without deletion vectors (``dml``: touched files are
+            rewritten) and with them (``dml-dv``: old rows are DV-deleted), each on a
             fresh ``shutil.copytree`` of one prepared table, with the session conf
             ``spark.eventlog.native.enabled`` = ``false`` ("before": the target is read by Python
             tasks) and ``true`` ("after": native reads). "after" runs only when the conf exists
@@ -76,6 +77,7 @@ SCAN_ENGINES = ("native", "parquet", "python")
 FILTER_ENGINES = ("native-where", "native-df", "parquet", "python")
 DML_MODES = ("before", "after")
 DML_OPS = ("delete", "update", "merge")
+DML_TABLES = ("dml", "dml-dv")  # without and with deletion vectors
 PARTITION = "v3"
 TARGET_SCAN = 0.9
 TARGET_DV = 0.8
@@ -202,12 +204,13 @@ def fingerprint(df: Any) -> tuple[Any, ...]:
 
 
 def write_tables(spark: Any, work: Path, rows: int, dml_rows: int) -> dict[str, str]:
-    """The four tables (plain, partitioned, DV, DML master) and a tiny DML warm-up table."""
+    """The tables (plain, partitioned, DV, the DML masters) and tiny DML warm-up tables."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from eventlog.table import Table
 
-    paths = {name: str(work / name) for name in ("plain", "parted", "dv", "dml", "dml-warm")}
+    names = ("plain", "parted", "dv", *DML_TABLES, *(f"{t}-warm" for t in DML_TABLES))
+    paths = {name: str(work / name) for name in names}
     data = spark.range(0, rows, numPartitions=2).selectExpr(*COLUMNS)
     data.write.format("eventlog").mode("append").save(paths["plain"])
     parted = spark.range(0, rows, numPartitions=2).selectExpr(
@@ -223,9 +226,13 @@ def write_tables(spark: Any, work: Path, rows: int, dml_rows: int) -> dict[str, 
         total = len(table.snapshot().add_files)
     if dvs != total:
         raise SystemExit(f"ERROR: {dvs} of {total} files of the DV table have a deletion vector")
-    for name, n in (("dml", dml_rows), ("dml-warm", 1000)):
-        rows_n = spark.range(0, n, numPartitions=2).selectExpr(*COLUMNS)
-        rows_n.write.format("eventlog").mode("append").save(paths[name])
+    for name in paths:
+        if name.startswith("dml"):
+            if "-dv" in name:
+                Table.create(paths[name], schema, properties={"delta.enableDeletionVectors": "true"}).close()
+            n = 1000 if name.endswith("-warm") else dml_rows
+            rows_n = spark.range(0, n, numPartitions=2).selectExpr(*COLUMNS)
+            rows_n.write.format("eventlog").mode("append").save(paths[name])
     return paths
 
 
@@ -366,20 +373,20 @@ def dml_runner(
 
 
 def run_dml(
-    spark: Any, res: Results, master: str, work: Path, rows: int, modes: Sequence[str], rep: int
+    spark: Any, res: Results, table: str, master: str, work: Path, rows: int, modes: Sequence[str], rep: int
 ) -> None:
     for op in DML_OPS:
         for mode in rotated(modes, rep):
-            copy = str(work / f"dml-{op}-{mode}-{rep}")
+            copy = str(work / f"{table}-{op}-{mode}-{rep}")
             # The Delta table proper; our embedded slot store (_eventlog/) is keyed by path.
             shutil.copytree(master, copy, ignore=shutil.ignore_patterns("_eventlog"))
             spark.conf.set(NATIVE_CONF, "true" if mode == "after" else "false")
             run, check = dml_runner(spark, op, copy, rows)
             os.sync()
-            res.add("dml", f"{op}/{mode}", measure(run))
+            res.add(table, f"{op}/{mode}", measure(run))
             problem = check()
             if problem:
-                raise SystemExit(f"ERROR: DML {mode}: {problem}")
+                raise SystemExit(f"ERROR: {table} {mode}: {problem}")
             shutil.rmtree(copy)
     spark.conf.unset(NATIVE_CONF)
 
@@ -405,20 +412,21 @@ def main() -> int:
         t0 = time.perf_counter()
         paths = write_tables(spark, work, rows, dml_rows)
         print(f"tables written in {time.perf_counter() - t0:.0f} s")
-        for name in ("plain", "parted", "dv", "dml"):
+        for name in ("plain", "parted", "dv", *DML_TABLES):
             print(f"  {name}: {describe(paths[name])}")
         # Warm-up and checks (untimed): JVM code paths, Python workers, the data source lookup.
         problems = check_reads(spark, paths, rows)
         for mode in modes:
             spark.conf.set(NATIVE_CONF, "true" if mode == "after" else "false")
-            for op in DML_OPS:
-                copy = str(work / f"warm-{op}-{mode}")
-                shutil.copytree(paths["dml-warm"], copy, ignore=shutil.ignore_patterns("_eventlog"))
-                run, check = dml_runner(spark, op, copy, 1000)
-                run()
-                problem = check()
-                if problem:
-                    problems.append(f"DML warm-up {mode}: {problem}")
+            for table in DML_TABLES:
+                for op in DML_OPS:
+                    copy = str(work / f"warm-{table}-{op}-{mode}")
+                    shutil.copytree(paths[f"{table}-warm"], copy, ignore=shutil.ignore_patterns("_eventlog"))
+                    run, check = dml_runner(spark, op, copy, 1000)
+                    run()
+                    problem = check()
+                    if problem:
+                        problems.append(f"{table} warm-up {mode}: {problem}")
         spark.conf.unset(NATIVE_CONF)
         for problem in problems:
             print(f"FAIL: {problem}")
@@ -432,7 +440,8 @@ def main() -> int:
                 for engine in rotated(engines, rep):
                     os.sync()
                     res.add(section, engine, measure(functools.partial(materialise, readers[engine])))
-            run_dml(spark, res, paths["dml"], work, dml_rows, modes, rep)
+            for table in rotated(DML_TABLES, rep):
+                run_dml(spark, res, table, paths[table], work, dml_rows, modes, rep)
             print(f"  run {rep + 1}: " + run_line(res), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -491,9 +500,9 @@ def report(res: Results, rows: int, dml_rows: int, modes: Sequence[str], problem
         [ratio_row("filter", "one partition of 10", part_rows, FILTER_ENGINES, None)],
     )
     dml_rows_out = []
-    for op in DML_OPS:
-        stats = {m: Stat.of(res.walls("dml", f"{op}/{m}")) for m in modes}
-        cells = [op, *(stats[m].fmt(".2f") for m in modes)]
+    for table, op in ((t, o) for t in DML_TABLES for o in DML_OPS):
+        stats = {m: Stat.of(res.walls(table, f"{op}/{m}")) for m in modes}
+        cells = [f"{op} ({'DVs' if table == 'dml-dv' else 'rewrite'})", *(stats[m].fmt(".2f") for m in modes)]
         if "after" in stats:
             cells.append(f"{ratio(stats['before'].median, stats['after'].median):.2f}x")
         dml_rows_out.append(cells)
