@@ -5,15 +5,24 @@ word, files laid end to end) and hands Spark one ``array<bigint>`` literal per s
 filter tests ``_metadata.row_index`` against it. A balanced tree of comparisons on
 ``_metadata.file_size`` finds a row's file, so the files of one scan must differ in size
 (:func:`dv_scans` splits them), and a size no file of the scan has fails the query
-instead of guessing. Measured alternatives are in ``bench/RESULTS-spark.md``.
+instead of guessing.
+
+The literal is built in the JVM as an ``UnsafeArrayData`` (the words in one primitive
+buffer): a per-row lookup is a plain memory read. ``F.lit``-built arrays constant-fold to
+a ``GenericArrayData`` of boxed longs, whose lookups cost 4x the whole rest of the filter
+(``bench/bench_native_dv.py`` measures both); they remain the fallback where the session
+has no JVM gateway (Spark Connect).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from typing import Any
 
 import fsspec
 import numpy as np
+from pyspark import SparkContext
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
@@ -22,13 +31,16 @@ from eventlog.files.deletion_vectors import read_deletion_vector
 from eventlog.files.reader import physical_row_count
 from eventlog.log.actions import AddFile
 
-__all__ = ["MAX_DV_ROWS_PER_SCAN", "dv_filter", "dv_scans"]
+__all__ = ["MAX_DV_ROWS_PER_SCAN", "dv_filter", "dv_scans", "dv_words"]
+
+log = logging.getLogger("spark_adapter.native_dv")
 
 MAX_DV_ROWS_PER_SCAN = 1 << 26
 """Rows (of files with a deletion vector) one scan's bit array covers: 8 MB of plan."""
 
 _ROW_INDEX = "_metadata.row_index"
 _FILE_SIZE = "_metadata.file_size"
+_ARRAY_TYPE_JSON = '{"type":"array","elementType":"long","containsNull":false}'
 
 
 def dv_scans(fs: fsspec.AbstractFileSystem, root: str, files: Sequence[AddFile]) -> list[list[AddFile]]:
@@ -54,6 +66,31 @@ def dv_scans(fs: fsspec.AbstractFileSystem, root: str, files: Sequence[AddFile])
     return chunks
 
 
+def dv_words(
+    fs: fsspec.AbstractFileSystem, root: str, files: Sequence[AddFile]
+) -> tuple[np.ndarray, dict[int, int]]:
+    """The deleted-row bits of ``files`` (bit ``r % 64`` of word ``start + r // 64`` is set
+    when row ``r`` is deleted) and each file's first word, by file size."""
+    words: list[np.ndarray] = []
+    starts: dict[int, int] = {}
+    offset = 0
+    for f in files:
+        n = physical_row_count(fs, root, f)
+        assert f.deletion_vector is not None
+        deleted = np.frombuffer(
+            read_deletion_vector(fs, root, f.deletion_vector).to_array(), dtype=np.uint64
+        ).astype(np.int64)
+        if deleted.size and int(deleted[-1]) >= n:
+            raise InvalidInputError(f"{f.path}: deletion vector deletes row {int(deleted[-1])} of {n}")
+        bits = np.zeros(((n + 63) // 64) * 64, dtype=np.bool_)
+        bits[deleted] = True
+        packed = np.packbits(bits, bitorder="little").view("<i8")
+        starts[f.size] = offset
+        offset += packed.size
+        words.append(packed)
+    return (np.concatenate(words) if words else np.zeros(0, dtype="<i8")), starts
+
+
 def dv_filter(fs: fsspec.AbstractFileSystem, root: str, files: Sequence[AddFile]) -> Column:
     """True for the rows of ``files`` their deletion vectors keep.
 
@@ -62,28 +99,39 @@ def dv_filter(fs: fsspec.AbstractFileSystem, root: str, files: Sequence[AddFile]
     no file of this scan has (the log's ``size`` differs from the file) fails the query
     instead of guessing.
     """
-    words: list[np.ndarray] = []
-    starts: dict[int, int] = {}
-    offset = 0
-    for f in files:
-        n = physical_row_count(fs, root, f)
-        bits = np.zeros(((n + 63) // 64) * 64, dtype=np.bool_)
-        assert f.deletion_vector is not None
-        deleted = np.frombuffer(
-            read_deletion_vector(fs, root, f.deletion_vector).to_array(), dtype=np.uint64
-        ).astype(np.int64)
-        if deleted.size and int(deleted[-1]) >= n:
-            raise InvalidInputError(f"{f.path}: deletion vector deletes row {int(deleted[-1])} of {n}")
-        bits[deleted] = True
-        packed = np.packbits(bits, bitorder="little").view("<i8")
-        starts[f.size] = offset
-        offset += packed.size
-        words.append(packed)
-    array = F.split(F.lit(",".join(map(str, np.concatenate(words).tolist()))), ",").cast("array<bigint>")
-    start = _size_tree(sorted(starts.items()))
-    index = (start + F.expr(f"{_ROW_INDEX} div 64") + 1).cast("int")
-    shift = F.expr(f"cast({_ROW_INDEX} % 64 as int)")
-    return F.bit_get(F.element_at(array, index), shift) == F.lit(0)
+    words, starts = dv_words(fs, root, files)
+    array = _words_literal(words)
+    row = F.col(_ROW_INDEX)
+    index = (_size_tree(sorted(starts.items())) + F.call_function("shiftright", row, F.lit(6))).cast("int")
+    shift = row.bitwiseAND(F.lit(63)).cast("int")
+    return F.call_function("shiftright", array[index], shift).bitwiseAND(F.lit(1)) == F.lit(0)
+
+
+def _words_literal(words: np.ndarray) -> Column:
+    """An ``array<bigint>`` literal of ``words``: an ``UnsafeArrayData`` built in the JVM
+    when there is a gateway, else (Spark Connect) a constant-folded ``F.lit`` array."""
+    jvm = _gateway_jvm()
+    if jvm is not None:
+        try:
+            return _unsafe_literal(jvm, words)
+        except Exception as exc:  # py4j errors: a Spark build without these internals
+            log.warning("deletion vector filter: no UnsafeArrayData literal (%s); using a slower array", exc)
+    return F.split(F.lit(",".join(map(str, words.tolist()))), ",").cast("array<bigint>")
+
+
+def _gateway_jvm() -> Any:
+    """The py4j view of the driver JVM, or None (Spark Connect, no session)."""
+    return SparkContext._jvm
+
+
+def _unsafe_literal(jvm: Any, words: np.ndarray) -> Column:
+    expressions = jvm.org.apache.spark.sql.catalyst.expressions
+    little = jvm.java.nio.ByteOrder.nativeOrder().equals(jvm.java.nio.ByteOrder.LITTLE_ENDIAN)
+    data = bytearray(words.astype("<i8" if little else ">i8").tobytes())
+    offset = jvm.org.apache.spark.unsafe.Platform.BYTE_ARRAY_OFFSET
+    array = expressions.UnsafeArrayData.fromPrimitiveArray(data, offset, int(words.size), 8)
+    literal = expressions.Literal(array, jvm.org.apache.spark.sql.types.DataType.fromJson(_ARRAY_TYPE_JSON))
+    return Column(jvm.org.apache.spark.sql.classic.ExpressionUtils.column(literal))
 
 
 def _size_tree(items: Sequence[tuple[int, int]]) -> Column:
