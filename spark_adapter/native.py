@@ -201,12 +201,13 @@ class NativeScan:
             self.where or "no filter",
         )
         # Every column nullable, as in all Spark file sources: the union with an empty
-        # relation sets that (a partition value is a non-null literal otherwise); the
-        # optimizer drops the empty side.
+        # relation sets that (a partition value is a non-null literal otherwise). limit(0)
+        # lets the optimizer see that it is empty and drop it (a bare createDataFrame([])
+        # is an RDD it cannot look into: the union then costs a stage and its tasks).
         out = nullable_schema(self.schema)
         if tags is not None:
             out = T.StructType([*out.fields, *tags.fields])
-        empty = self.spark.createDataFrame([], out)
+        empty = self.spark.createDataFrame([], out).limit(0)
         if not self.files:
             return empty
         groups: dict[tuple[str | None, ...], list[AddFile]] = {}

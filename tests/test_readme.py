@@ -220,7 +220,8 @@ class Rewriter:
                 assert value.startswith(self.tmp), f"{block.where()}: path {value!r} was not rewritten"
             scheme = _URL.match(value)
             if scheme is not None:
-                assert scheme.group(1) in ("zk", "memory", "file"), (
+                # spark:// is a cluster master's address, not a place data is kept.
+                assert scheme.group(1) in ("zk", "memory", "file", "spark"), (
                     f"{block.where()}: URI {value!r} was not rewritten"
                 )
 

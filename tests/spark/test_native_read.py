@@ -274,3 +274,40 @@ def test_tables_spark_cannot_open_fall_back_to_the_python_source(
     assert "Python data source" in caplog.text
     assert "BatchScan" in df._jdf.queryExecution().executedPlan().toString()
     assert [r.id for r in df.collect()] == [6]
+
+
+# --------------------------------------------------------------------------- DML on split files
+
+
+@pytest.mark.parametrize("properties", [{}, DV], ids=["copy-on-write", "deletion-vectors"])
+def test_dml_is_right_when_spark_splits_one_file_over_many_tasks(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, properties: dict[str, str]
+) -> None:
+    from eventlog.files import datafiles
+
+    monkeypatch.setattr(datafiles, "_MAX_ROW_GROUP_ROWS", 500)  # 20 row groups in one file
+    uri = str(tmp_path / "split")
+    ids = list(range(10_000))
+    data = pa.table({"id": ids, "x": [n % 100 for n in ids]})
+    table = Table.create(uri, data.schema, data=data, properties=properties)
+    assert table.snapshot().num_files == 1
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "8k")
+    try:
+        assert read_table(spark, uri).rdd.getNumPartitions() > 4  # the file is split
+        handle = EventlogTable.forPath(spark, uri)
+        deleted = handle.delete("x = 7")
+        updated = handle.update("x = 8", {"id": "id + 1000000"})
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+    with Table.open(uri) as after:
+        got = sorted(after.to_arrow().column("id").to_pylist())
+        history = after.history(2)
+    want = sorted([n for n in ids if n % 100 not in (7, 8)] + [n + 1_000_000 for n in ids if n % 100 == 8])
+    assert got == want
+    assert deleted.version == 1 and updated.version == 2
+    metrics = {h["operation"]: h["operationMetrics"] for h in history}
+    assert int(metrics["DELETE"]["numDeletedRows"]) == 100
+    assert int(metrics["UPDATE"]["numUpdatedRows"]) == 100
+    copied = 0 if properties else 10_000 - 100
+    assert int(metrics["DELETE"]["numCopiedRows"]) == copied
+    assert assert_same(spark, uri, expect_rows=9_900) is not None
