@@ -100,11 +100,12 @@ def dv_filter(fs: fsspec.AbstractFileSystem, root: str, files: Sequence[AddFile]
     instead of guessing.
     """
     words, starts = dv_words(fs, root, files)
-    array = _words_literal(words)
-    row = F.col(_ROW_INDEX)
-    index = (_size_tree(sorted(starts.items())) + F.call_function("shiftright", row, F.lit(6))).cast("int")
-    shift = row.bitwiseAND(F.lit(63)).cast("int")
-    return F.call_function("shiftright", array[index], shift).bitwiseAND(F.lit(1)) == F.lit(0)
+    # Everything but the literal is one SQL text: one py4j call instead of ~100 (a CASE
+    # tree built Column by Column costs 0.1-0.3 s of driver time for ten files).
+    index = F.expr(f"cast({_size_tree(sorted(starts.items()))} + shiftright({_ROW_INDEX}, 6) as int)")
+    shift = F.expr(f"cast({_ROW_INDEX} & 63 as int)")
+    word = _words_literal(words)[index]
+    return F.call_function("shiftright", word, shift).bitwiseAND(F.lit(1)) == F.lit(0)
 
 
 def _words_literal(words: np.ndarray) -> Column:
@@ -134,13 +135,13 @@ def _unsafe_literal(jvm: Any, words: np.ndarray) -> Column:
     return Column(jvm.org.apache.spark.sql.classic.ExpressionUtils.column(literal))
 
 
-def _size_tree(items: Sequence[tuple[int, int]]) -> Column:
-    """``CASE`` tree mapping a file size to its first word (log2(n) comparisons per row)."""
-    size = F.col(_FILE_SIZE)
+def _size_tree(items: Sequence[tuple[int, int]]) -> str:
+    """SQL ``CASE`` tree mapping a file size to its first word (log2(n) comparisons per row)."""
     if len(items) == 1:
         ((key, value),) = items
-        return F.when(size == F.lit(key), F.lit(value)).otherwise(
-            F.raise_error(F.format_string("file of %d bytes has no deletion vector in this scan", size))
-        )
+        message = "'file of %d bytes has no deletion vector in this scan'"
+        error = f"raise_error(format_string({message}, {_FILE_SIZE}))"
+        return f"CASE WHEN {_FILE_SIZE} = {key} THEN {value} ELSE {error} END"
     mid = len(items) // 2
-    return F.when(size < F.lit(items[mid][0]), _size_tree(items[:mid])).otherwise(_size_tree(items[mid:]))
+    low, high = _size_tree(items[:mid]), _size_tree(items[mid:])
+    return f"CASE WHEN {_FILE_SIZE} < {items[mid][0]} THEN {low} ELSE {high} END"
