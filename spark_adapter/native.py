@@ -48,7 +48,7 @@ from eventlog.log.actions import AddFile
 from eventlog.log.storage import normalize_uri
 from eventlog.snapshot import Snapshot
 from eventlog.table import Table
-from spark_adapter.native_dv import dv_filter, dv_scans
+from spark_adapter.native_dv import distinct_sizes, dv_filter, dv_scans, size_lookup
 from spark_adapter.types import activate_session, nullable_schema
 
 __all__ = [
@@ -56,9 +56,7 @@ __all__ = [
     "NATIVE_CONF",
     "NativeScan",
     "Tags",
-    "distinct_sizes",
     "native_enabled",
-    "size_lookup",
     "tagged_rows",
     "hadoop_uri",
     "read_table",
@@ -75,7 +73,6 @@ than the join)."""
 _SCHEMES = {"file": "file", "local": "file", "s3": "s3a", "s3a": "s3a", "gs": "gs", "gcs": "gs"}
 _PATH_COL = "__eventlog_native_path"
 _ROW_INDEX = "_metadata.row_index"
-_FILE_SIZE = "_metadata.file_size"
 NATIVE_CONF = "spark.eventlog.native.enabled"
 """Session conf: ``false`` makes ``read_table``/``toDF`` and DML read through the Python
 data source instead (a switch for comparison and for filesystems Spark misreads)."""
@@ -301,7 +298,7 @@ class Tags:
     def columns(self, files: Sequence[AddFile]) -> list[Column]:
         """The tag columns of a scan of ``files`` (which differ in size)."""
         by_size = {f.size: self.ids[f.path] for f in files}
-        file_id = size_lookup(sorted(by_size.items()), "a file of this scan").cast("int")
+        file_id = F.expr(f"cast({size_lookup(sorted(by_size.items()), 'a file of this scan')} as int)")
         return [file_id.alias(self.file_column), F.col(_ROW_INDEX).alias(self.position_column)]
 
 
@@ -331,35 +328,6 @@ def tagged_rows(
 def native_enabled(spark: SparkSession) -> bool:
     """The session conf :data:`NATIVE_CONF` (default true)."""
     return str(spark.conf.get(NATIVE_CONF, "true")).strip().lower() != "false"
-
-
-def distinct_sizes(files: Sequence[AddFile]) -> list[list[AddFile]]:
-    """``files`` split into as few groups as possible whose files all differ in size."""
-    groups: list[list[AddFile]] = []
-    sizes: list[set[int]] = []
-    for f in files:
-        i = next((i for i, seen in enumerate(sizes) if f.size not in seen), len(groups))
-        if i == len(groups):
-            groups.append([])
-            sizes.append(set())
-        groups[i].append(f)
-        sizes[i].add(f.size)
-    return groups
-
-
-def size_lookup(items: Sequence[tuple[int, int]], what: str) -> Column:
-    """``CASE`` tree mapping ``_metadata.file_size`` to a value (log2(n) comparisons per
-    row); a size not in ``items`` fails the query, naming ``what`` it should have been."""
-    size = F.col(_FILE_SIZE)
-    if len(items) == 1:
-        ((key, value),) = items
-        return F.when(size == F.lit(key), F.lit(value)).otherwise(
-            F.raise_error(F.format_string(f"file of %d bytes is not {what}", size))
-        )
-    mid = len(items) // 2
-    return F.when(size < F.lit(items[mid][0]), size_lookup(items[:mid], what)).otherwise(
-        size_lookup(items[mid:], what)
-    )
 
 
 # --------------------------------------------------------------------------- paths and values

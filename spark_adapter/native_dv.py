@@ -17,7 +17,7 @@ has no JVM gateway (Spark Connect).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import fsspec
@@ -31,7 +31,7 @@ from eventlog.files.deletion_vectors import read_deletion_vector
 from eventlog.files.reader import physical_row_count
 from eventlog.log.actions import AddFile
 
-__all__ = ["MAX_DV_ROWS_PER_SCAN", "dv_filter", "dv_scans", "dv_words"]
+__all__ = ["MAX_DV_ROWS_PER_SCAN", "distinct_sizes", "dv_filter", "dv_scans", "size_lookup", "dv_words"]
 
 log = logging.getLogger("spark_adapter.native_dv")
 
@@ -46,24 +46,30 @@ _ARRAY_TYPE_JSON = '{"type":"array","elementType":"long","containsNull":false}'
 def dv_scans(fs: fsspec.AbstractFileSystem, root: str, files: Sequence[AddFile]) -> list[list[AddFile]]:
     """Files with a DV, split into scans whose files have distinct sizes (the filter tells
     files apart by ``_metadata.file_size``) and whose bit array stays bounded."""
-    chunks: list[list[AddFile]] = []
+    with_dv = [f for f in files if f.deletion_vector is not None]
+    return distinct_sizes(with_dv, lambda f: physical_row_count(fs, root, f), MAX_DV_ROWS_PER_SCAN)
+
+
+def distinct_sizes(
+    files: Sequence[AddFile], weight: Callable[[AddFile], int] | None = None, limit: int | None = None
+) -> list[list[AddFile]]:
+    """``files`` in as few groups as first-fit finds whose files all differ in size (and
+    whose ``weight`` adds up to at most ``limit``): :func:`size_lookup` needs that."""
+    groups: list[list[AddFile]] = []
     sizes: list[set[int]] = []
-    rows: list[int] = []
+    totals: list[int] = []
     for f in files:
-        if f.deletion_vector is None:
-            continue
-        n = physical_row_count(fs, root, f)
-        for i, chunk in enumerate(chunks):
-            if f.size not in sizes[i] and rows[i] + n <= MAX_DV_ROWS_PER_SCAN:
-                chunk.append(f)
-                sizes[i].add(f.size)
-                rows[i] += n
-                break
-        else:
-            chunks.append([f])
-            sizes.append({f.size})
-            rows.append(n)
-    return chunks
+        w = weight(f) if weight is not None else 0
+        room = [limit is None or total + w <= limit for total in totals]
+        i = next((i for i, seen in enumerate(sizes) if f.size not in seen and room[i]), len(groups))
+        if i == len(groups):
+            groups.append([])
+            sizes.append(set())
+            totals.append(0)
+        groups[i].append(f)
+        sizes[i].add(f.size)
+        totals[i] += w
+    return groups
 
 
 def dv_words(
@@ -102,7 +108,8 @@ def dv_filter(fs: fsspec.AbstractFileSystem, root: str, files: Sequence[AddFile]
     words, starts = dv_words(fs, root, files)
     # Everything but the literal is one SQL text: one py4j call instead of ~100 (a CASE
     # tree built Column by Column costs 0.1-0.3 s of driver time for ten files).
-    index = F.expr(f"cast({_size_tree(sorted(starts.items()))} + shiftright({_ROW_INDEX}, 6) as int)")
+    start = size_lookup(sorted(starts.items()), "a file with a deletion vector in this scan")
+    index = F.expr(f"cast({start} + shiftright({_ROW_INDEX}, 6) as int)")
     shift = F.expr(f"cast({_ROW_INDEX} & 63 as int)")
     word = _words_literal(words)[index]
     return F.call_function("shiftright", word, shift).bitwiseAND(F.lit(1)) == F.lit(0)
@@ -135,13 +142,15 @@ def _unsafe_literal(jvm: Any, words: np.ndarray) -> Column:
     return Column(jvm.org.apache.spark.sql.classic.ExpressionUtils.column(literal))
 
 
-def _size_tree(items: Sequence[tuple[int, int]]) -> str:
-    """SQL ``CASE`` tree mapping a file size to its first word (log2(n) comparisons per row)."""
+def size_lookup(items: Sequence[tuple[int, int]], what: str) -> str:
+    """SQL ``CASE`` tree mapping ``_metadata.file_size`` to a value (log2(n) comparisons per
+    row). A size not in ``items`` (the log's ``size`` differs from the file) fails the query,
+    saying the file is not ``what``, instead of guessing."""
     if len(items) == 1:
         ((key, value),) = items
-        message = "'file of %d bytes has no deletion vector in this scan'"
+        message = "'file of %d bytes is not " + what.replace("'", "") + "'"
         error = f"raise_error(format_string({message}, {_FILE_SIZE}))"
         return f"CASE WHEN {_FILE_SIZE} = {key} THEN {value} ELSE {error} END"
     mid = len(items) // 2
-    low, high = _size_tree(items[:mid]), _size_tree(items[mid:])
+    low, high = size_lookup(items[:mid], what), size_lookup(items[mid:], what)
     return f"CASE WHEN {_FILE_SIZE} < {items[mid][0]} THEN {low} ELSE {high} END"

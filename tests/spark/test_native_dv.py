@@ -109,7 +109,7 @@ def test_a_file_size_the_scan_does_not_know_fails_the_query(spark: Any, tmp_path
     wrong = dataclasses.replace(add, size=add.size + 1, deletion_vector=inline_descriptor([2]))
     keep = native_dv.dv_filter(fs, root, [wrong])
     df = spark.read.parquet(file_uri("file:" + root, add.path)).where(keep)
-    with pytest.raises(Exception, match="has no deletion vector in this scan"):
+    with pytest.raises(Exception, match="is not a file with a deletion vector in this scan"):
         df.collect()
 
 
