@@ -12,6 +12,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -191,3 +192,24 @@ def small_batch(writer: int, i: int) -> pa.RecordBatch:
         ],
         schema=SMALL_SCHEMA,
     )
+
+
+def spark_session(app: str, *, driver_memory: str = "2g", **conf: str) -> Any:
+    """The benchmarks' local[2] SparkSession, configured like the tests' (UTC, no UI, 4 shuffle
+    partitions, console progress bars off); ``conf`` adds or overrides settings."""
+    from pyspark.sql import SparkSession
+
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.driver.memory": driver_memory,
+        **conf,
+    }
+    builder = SparkSession.builder.master("local[2]").appName(app)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

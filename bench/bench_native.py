@@ -68,6 +68,7 @@ from bench._common import (  # noqa: E402
     print_table,
     ratio,
     rotated,
+    spark_session,
     verdict,
 )
 from bench.bench_spark import COLUMNS  # noqa: E402
@@ -118,21 +119,8 @@ class Results:
 
 def session() -> Any:
     """A local[2] session with the tests' configuration (``tests/support/spark.py``)."""
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("bench-native")
-        .config("spark.sql.python.filterPushdown.enabled", "true")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "1g")
-        .config("spark.ui.showConsoleProgress", "false")  # not the tests': keeps the output readable
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    pushdown = {"spark.sql.python.filterPushdown.enabled": "true"}
+    return spark_session("bench-native", driver_memory="1g", **pushdown)
 
 
 def git(*args: str) -> str:

@@ -52,7 +52,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-from bench._common import Stat, cpu_seconds, machine_note, print_table, ratio, rotated, verdict  # noqa: E402
+from bench._common import Stat, cpu_seconds, machine_note, print_table, ratio, rotated, spark_session, verdict  # noqa: E402
 
 DESIGNS = ("parquet", "read_table", "boxed-array", "tmp-row-index", "java-udf")
 PATTERNS = (("regular", "id % 10 = 3"), ("random", "count % 10 = 0"))
@@ -121,20 +121,7 @@ def build_table(uri: str, rows: int, files: int, predicate: str) -> int:
 
 
 def session() -> Any:
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("bench-native-dv")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return spark_session("bench-native-dv")
 
 
 def jvm_cpu_seconds(spark: Any) -> Callable[[], float]:
@@ -209,7 +196,7 @@ class Designs:
         if design == "boxed-array":
             words, starts = native_dv.dv_words(self.fs, self.root, files)
             array = F.split(F.lit(",".join(map(str, words.tolist()))), ",").cast("array<bigint>")
-            start = F.expr(native_dv._size_tree(sorted(starts.items())))
+            start = F.expr(native_dv.size_lookup(sorted(starts.items()), "a file of this scan"))
             index = (start + F.expr("_metadata.row_index div 64") + 1).cast("int")
             shift = F.expr("cast(_metadata.row_index % 64 as int)")
             return self.read(self.schema).where(F.bit_get(F.element_at(array, index), shift) == 0)
@@ -217,7 +204,7 @@ class Designs:
             words, starts = native_dv.dv_words(self.fs, self.root, files)
             array = native_dv._words_literal(words)
             row = F.col(TMP_ROW_INDEX)
-            start = F.expr(native_dv._size_tree(sorted(starts.items())))
+            start = F.expr(native_dv.size_lookup(sorted(starts.items()), "a file of this scan"))
             index = (start + F.call_function("shiftright", row, F.lit(6))).cast("int")
             bit = F.call_function("shiftright", array[index], row.bitwiseAND(63).cast("int")).bitwiseAND(1)
             schema = T.StructType([*self.schema.fields, T.StructField(TMP_ROW_INDEX, T.LongType())])

@@ -53,6 +53,7 @@ from bench._common import (  # noqa: E402
     print_table,
     ratio,
     rotated,
+    spark_session,
     timed,
     verdict,
 )
@@ -130,19 +131,7 @@ def floor_source() -> type:
 
 
 def session() -> Any:
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("bench-spark")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return spark_session("bench-spark")
 
 
 @dataclass

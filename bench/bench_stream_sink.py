@@ -50,7 +50,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from bench._common import Stat, machine_note, print_table, ratio, rotated  # noqa: E402
+from bench._common import Stat, machine_note, print_table, ratio, rotated, spark_session  # noqa: E402
 from eventlog import Table  # noqa: E402
 
 SINKS = ("eventlog", "parquet")
@@ -78,21 +78,14 @@ def parse() -> argparse.Namespace:
     return args
 
 
-def spark_session(progress: int) -> Any:
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("bench-stream-sink")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "2g")
-        .config("spark.sql.streaming.numRecentProgressUpdates", str(progress))
-        .getOrCreate()
+def sink_session(progress: int) -> Any:
+    return spark_session(
+        "bench-stream-sink",
+        **{
+            "spark.sql.shuffle.partitions": "2",
+            "spark.sql.streaming.numRecentProgressUpdates": str(progress),
+        },
     )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 def write_inputs(directory: Path, files: int, rows: int) -> None:
@@ -255,7 +248,7 @@ def main() -> None:
     args = parse()
     print(f"# Streaming sink benchmark\n\n{machine_note()}")
     print(f"Command: {' '.join([os.path.basename(sys.executable), *sys.argv])}")
-    spark = spark_session(max(args.batches, args.many) + 20)
+    spark = sink_session(max(args.batches, args.many) + 20)
     work = Path(tempfile.mkdtemp(prefix="bench-stream-sink-"))
     try:
         latency(spark, work, args)

@@ -48,7 +48,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 import pyarrow as pa  # noqa: E402
 
-from bench._common import Stat, machine_note, parse_args, print_table, ratio, rotated  # noqa: E402
+from bench._common import Stat, machine_note, parse_args, print_table, ratio, rotated, spark_session  # noqa: E402
 from eventlog import Table  # noqa: E402
 
 SOURCES = ("eventlog snapshot", "eventlog commits", "parquet files", "pyfloor")
@@ -152,19 +152,7 @@ def floor_source() -> type:
 
 
 def session() -> Any:
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("bench-stream-source")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return spark_session("bench-stream-source")
 
 
 def run_query(spark: Any, source: str, uri: str, scratch: str, max_files: int) -> tuple[float, int, int]:
