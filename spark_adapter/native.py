@@ -48,6 +48,7 @@ from eventlog.log.actions import AddFile
 from eventlog.log.storage import normalize_uri
 from eventlog.snapshot import Snapshot
 from eventlog.table import Table
+from spark_adapter import jvm_reader
 from spark_adapter.native_dv import distinct_sizes, dv_filter, dv_scans, size_lookup
 from spark_adapter.types import activate_session, nullable_schema
 
@@ -240,13 +241,34 @@ class NativeScan:
         # Tags tell files apart by size: each scan's files must differ in it.
         chunks = (distinct_sizes(plain) if tags is not None else [plain]) if plain else []
         frames = [(chunk, self._read(root, chunk)) for chunk in chunks]
-        for chunk in dv_scans(self.fs, self.root, files):
-            frames.append((chunk, self._read(root, chunk).where(dv_filter(self.fs, self.root, chunk))))
+        with_dv = [f for f in files if f.deletion_vector is not None]
+        jvm = self._jvm_dv_read(root, with_dv) if with_dv and tags is None else None
+        if jvm is not None:
+            frames.append((with_dv, jvm))
+        else:
+            for chunk in dv_scans(self.fs, self.root, files):
+                frames.append((chunk, self._read(root, chunk).where(dv_filter(self.fs, self.root, chunk))))
         names = [_col(n) for n in self.data_schema.fieldNames()]
         return reduce(
             DataFrame.union,
             [df.select(*names, *(tags.columns(chunk) if tags is not None else [])) for chunk, df in frames],
         )
+
+    def _jvm_dv_read(self, root: str, files: Sequence[AddFile]) -> DataFrame | None:
+        """``files`` (all with a DV) through :mod:`spark_adapter.jvm_reader`, or None where it
+        cannot serve: no JDK, columns it cannot compact, or file names that collide."""
+        if not jvm_reader.supports(self.data_schema) or not jvm_reader.usable(self.spark):
+            return None
+        options = jvm_reader.dv_options(self.fs, self.root, files)
+        if options is None:
+            return None
+        paths = [file_uri(root, f.path) for f in files]
+        try:
+            return jvm_reader.read(self.spark, self.data_schema, paths, options)
+        except AnalysisException as exc:
+            if "PATH_NOT_FOUND" not in str(exc):
+                raise
+            return None  # _read names the missing file
 
     def _with_literals(self, df: DataFrame, key: tuple[str | None, ...], tags: Tags | None) -> DataFrame:
         values = dict(zip(self.partition_columns, key, strict=True))

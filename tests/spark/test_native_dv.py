@@ -14,6 +14,7 @@ from eventlog import Table
 from eventlog.files.deletion_vectors import inline_descriptor
 from eventlog.log.storage import normalize_uri
 from spark_adapter import native_dv, read_table
+from spark_adapter.jvm_reader import DV_READER_CONF
 from spark_adapter.native import file_uri
 
 pytestmark = pytest.mark.spark
@@ -130,8 +131,12 @@ def test_the_fallback_array_literal_gives_the_same_rows(
         return unsafe(jvm, words)
 
     monkeypatch.setattr(native_dv, "_unsafe_literal", counted)
-    assert native_rows(spark, uri) == want
-    assert calls == [13 + 3]  # one scan: both files' words, through the JVM literal
-    monkeypatch.setattr(native_dv, "_gateway_jvm", lambda: None)
-    assert native_rows(spark, uri) == want
-    assert len(calls) == 1
+    spark.conf.set(DV_READER_CONF, "sql")  # this SQL filter, not the JVM reader
+    try:
+        assert native_rows(spark, uri) == want
+        assert calls == [13 + 3]  # one scan: both files' words, through the JVM literal
+        monkeypatch.setattr(native_dv, "_gateway_jvm", lambda: None)
+        assert native_rows(spark, uri) == want
+        assert len(calls) == 1
+    finally:
+        spark.conf.unset(DV_READER_CONF)

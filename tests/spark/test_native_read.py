@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from eventlog import Table
 from eventlog.errors import DataFileNotFoundError, InvalidInputError, VersionNotFoundError
 from spark_adapter import EventlogTable, read_table
 from spark_adapter import native as native_module
+from spark_adapter.jvm_reader import DV_READER_CONF
 from spark_adapter.types import nullable_schema
 from tests.spark.test_datasource import ALL_TYPES, SPARK_ERRORS, typed_rows
 
@@ -168,7 +170,17 @@ def test_where_that_is_not_valid_sql_is_a_predicate_error(spark: Any, tmp_path: 
 # --------------------------------------------------------------------------- deletion vectors
 
 
-def test_deletion_vectors_are_applied_inside_spark(spark: Any, tmp_path: Path) -> None:
+@pytest.fixture(params=["jvm", "sql"])
+def dv_reader(request: pytest.FixtureRequest, spark: Any) -> Iterator[str]:
+    """Deletion vectors applied by the JVM reader (default) or by the SQL filter."""
+    spark.conf.set(DV_READER_CONF, str(request.param))
+    try:
+        yield str(request.param)
+    finally:
+        spark.conf.unset(DV_READER_CONF)
+
+
+def test_deletion_vectors_are_applied_inside_spark(spark: Any, tmp_path: Path, dv_reader: str) -> None:
     uri = str(tmp_path / "dv")
     schema = pa.schema([("id", pa.int64()), ("p", pa.string())])
     table = Table.create(uri, schema, partition_by=["p"], properties=DV)
@@ -182,8 +194,27 @@ def test_deletion_vectors_are_applied_inside_spark(spark: Any, tmp_path: Path) -
     deleted = {n for n in range(1100) if n % 7 == 3} | {0, 999}
     want = [n for n in [*range(1100), *range(2000, 2100)] if n not in deleted]
     assert sorted(r["id"] for r in rows) == want
-    df = read_table(spark, uri)
-    assert "row_index" in df._jdf.queryExecution().executedPlan().toString()
+    plan = read_table(spark, uri)._jdf.queryExecution().executedPlan().toString()
+    # The JVM reader drops deleted rows inside the scan: no filter on the row index.
+    assert ("Format: DvParquet" in plan, "row_index" in plan) == (dv_reader == "jvm", dv_reader == "sql")
+
+
+def test_columns_the_jvm_reader_cannot_compact_use_the_sql_filter(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "dv-decimal")
+    schema = pa.schema(
+        [("id", pa.int64()), ("amount", pa.decimal128(10, 2)), ("tags", pa.list_(pa.string()))]
+    )
+    data = pa.table(
+        {"id": [1, 2, 3], "amount": [Decimal("1.50"), None, Decimal("-2.25")], "tags": [["a"], [], None]},
+        schema=schema,
+    )
+    table = Table.create(uri, schema, data=data, properties=DV)
+    table.delete("id = 2")
+    rows = assert_same(spark, uri, expect_rows=2)
+    got = sorted((r["id"], r["amount"], r["tags"]) for r in rows)
+    assert got == [(1, Decimal("1.50"), ["a"]), (3, Decimal("-2.25"), None)]
+    plan = read_table(spark, uri)._jdf.queryExecution().executedPlan().toString()
+    assert "row_index" in plan and "DvParquet" not in plan
 
 
 def test_files_of_equal_size_with_deletion_vectors_are_told_apart(spark: Any, tmp_path: Path) -> None:
