@@ -52,7 +52,8 @@ _UNARY: dict[str, tuple[Callable[..., Any], pa.DataType]] = {
     "lower": (pc.utf8_lower, pa.string()),
     "upper": (pc.utf8_upper, pa.string()),
 }
-_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
+ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
+"""What pyarrow raises when a value cannot be computed or cast (callers turn it into a typed error)."""
 
 
 def _unify(a: Any, b: Any) -> tuple[Any, Any]:
@@ -96,7 +97,7 @@ def _apply(fn: Callable[..., Any], a: Any, b: Any) -> Any:
         return fn(*_unify(a, b))
     try:
         return fn(a, b)
-    except _ARROW_ERRORS:
+    except ARROW_ERRORS:
         if a.type == b.type and not decimal and not pa.types.is_null(a.type):
             raise
     try:  # Arrow's implicit casts miss some pairs (int64 vs DECIMAL(3,2), naive vs UTC time)
@@ -291,7 +292,7 @@ def _explicit_casts(e: Expr, column_type: Callable[[Column], pa.DataType | None]
         try:
             fn = _BINARY.get(op, pc.remainder_checked)
             return out, fn(pa.array([], types[0]), pa.array([], types[1])).type
-        except _ARROW_ERRORS:
+        except ARROW_ERRORS:
             cast_args = tuple(Call("cast", (a, Literal(None, _F64))) for a in args)
             return Call(op, cast_args), _F64  # DECIMAL result beyond 38 digits
     return out, (None if op in _ARITHMETIC else _BOOL)
@@ -370,7 +371,7 @@ def evaluate(
     """
     try:
         out = _Lowering(table, resolve).run(expr)
-    except _ARROW_ERRORS as e:
+    except ARROW_ERRORS as e:
         sql = to_sql(expr)
         raise PredicateError(f"cannot evaluate {sql}: {e}", expression=sql) from e
     except RecursionError:

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eventlog.expr.evaluate import _ARROW_ERRORS, _any, _apply, _value_set
+from eventlog.expr.evaluate import ARROW_ERRORS, _any, _apply, _value_set
 from eventlog.expr.nodes import Call, Column, Expr, Literal
 
 _FLIP = {
@@ -169,7 +169,7 @@ class _Skipping:
                     verdict = _and(verdict, _apply(fn, bound, v))
             if op == "ne" and lo is not None and hi is not None:
                 verdict = pc.invert(pc.and_kleene(_apply(pc.equal, lo, v), _apply(pc.equal, hi, v)))
-        except _ARROW_ERRORS:
+        except ARROW_ERRORS:
             return None  # stats of an unexpected type: know nothing rather than fail the scan
         return None if verdict is None else self.not_all_null(col, verdict)
 

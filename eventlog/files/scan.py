@@ -25,6 +25,7 @@ from pyroaring import FrozenBitMap64
 
 from eventlog import expr as ex
 from eventlog.errors import CorruptLogError, PredicateError
+from eventlog.expr.evaluate import ARROW_ERRORS
 from eventlog.files.deletion_vectors import deleted_mask, read_deletion_vector
 from eventlog.files.reader import DataFileReader, read_data_files
 from eventlog.log.actions import AddFile
@@ -33,7 +34,6 @@ MAX_ARROW_FILTER_NODES = 4096
 """Predicates with more nodes are evaluated after reading (:func:`read_matching_rows`)
 instead of by pyarrow's dataset scanner: pyarrow 26 crashes the process while simplifying
 filters of about 30,000 nodes (an OR of 10,000 comparisons)."""
-_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
 
 
 def file_deletes(fs: fsspec.AbstractFileSystem, root: str, add: AddFile) -> FrozenBitMap64:
@@ -97,7 +97,7 @@ def read_matching_rows(
             return read_live_rows(
                 fs, root, files, schema, partition_columns, columns=columns, filter=arrow_filter
             )
-        except _ARROW_ERRORS as exc:
+        except ARROW_ERRORS as exc:
             raise PredicateError(
                 f"cannot evaluate filter {sql[:200]!r}: {str(exc).splitlines()[0]}", expression=sql
             ) from exc

@@ -15,6 +15,7 @@ from eventlog.errors import (
     InvalidInputError,
     UnknownColumnError,
 )
+from eventlog.expr.evaluate import ARROW_ERRORS
 from eventlog.files.enforce import conform
 from eventlog.log.actions import AddFile
 from eventlog.ops.common import check_append_only, write_rows
@@ -77,7 +78,7 @@ def apply_assignments(
         try:
             value = ex.evaluate(expr, env, resolve)
             value = pc.cast(value, field.type)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        except ARROW_ERRORS as exc:
             raise InvalidInputError(f"cannot assign to column {name!r} ({field.type}): {exc}") from exc
         if mask is not None:
             value = pc.if_else(mask, value, rows[name])

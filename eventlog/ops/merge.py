@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 
 from eventlog import expr as ex
 from eventlog.errors import InvalidInputError
+from eventlog.expr.evaluate import ARROW_ERRORS
 from eventlog.files.enforce import conform
 from eventlog.files.scan import FileScan, top_level_columns
 from eventlog.log.actions import AddFile
@@ -301,7 +302,7 @@ class _MergeClauses:
                 else:
                     try:
                         cols[field.name] = pc.cast(ex.evaluate(expr, chosen, self._resolve), field.type)
-                    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                    except ARROW_ERRORS as exc:
                         raise InvalidInputError(f"cannot insert into column {field.name!r}: {exc}") from exc
             out.append(pa.table(cols))
         return pa.concat_tables(out) if out else None
