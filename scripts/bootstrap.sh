@@ -36,6 +36,21 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# A JDK's javac: spark_adapter.jvm_reader compiles the deletion-vector Parquet reader on
+# first use (Java itself is assumed; without javac reads fall back to a slower SQL filter and
+# the tests that check the JVM reader fail).
+if ! command -v javac >/dev/null && [ "${EVENTLOG_SKIP_APT:-0}" != 1 ]; then
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  if command -v apt-get >/dev/null; then
+    log "installing Debian package openjdk-17-jdk-headless (javac)"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get install -y -q openjdk-17-jdk-headless >&2 || { $SUDO apt-get update -q >&2 && $SUDO apt-get install -y -q openjdk-17-jdk-headless >&2; }
+  else
+    log "apt-get not found: install a JDK (javac) yourself for the JVM deletion-vector reader"
+  fi
+fi
+
 # The Debian ZooKeeper package (for the ZooKeeper-backed slot store tests). No service
 # is started here; the test suite starts its own server on a free loopback port.
 if [ ! -f /usr/share/java/zookeeper.jar ] && [ "${EVENTLOG_SKIP_APT:-0}" != 1 ]; then
