@@ -115,10 +115,11 @@ def snapshot_dataframe(
     scan = NativeScan(spark, uri, snapshot, where)
     root = hadoop_uri(spark, uri)
     if root is None or not native_enabled(spark):
+        why = f"{NATIVE_CONF} is false" if root is not None else "Spark's Hadoop layer cannot open its scheme"
         log.info(
-            "native read of %s unavailable: Spark's Hadoop layer has no filesystem for its scheme; "
-            "reading version %d through the eventlog Python data source instead",
+            "native read of %s off (%s): reading version %d through the eventlog Python data source",
             uri,
+            why,
             snapshot.version,
         )
         return scan.python_source(slots)
