@@ -418,9 +418,10 @@ def action_name(action: Action) -> str:
 class ActionDecodeError(ValueError):
     """A line of a commit file is not a valid action (the caller adds version and path)."""
 
-    def __init__(self, message: str, line: int) -> None:
+    def __init__(self, message: str, line: int, version: int | None = None) -> None:
         super().__init__(message)
         self.line = line
+        self.version = version
 
 
 def encode_action(action: Action) -> bytes:

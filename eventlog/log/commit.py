@@ -3,6 +3,7 @@ commitInfo says about the transactions it carries (one, or a group commit's memb
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,18 +18,24 @@ from eventlog.log.actions import (
     RemoveFile,
     SetTransaction,
 )
+from eventlog.log.filetable import FileActions
 
 __all__ = ["GROUP_FIELD", "Commit", "member_txn_ids"]
 
 GROUP_FIELD = "eventlog.groupCommit"  # commitInfo field: a group commit's members' own commit infos
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Commit:
     """One published version: its actions, in file order."""
 
     version: int
     actions: tuple[Action, ...]
+
+    @functools.cached_property
+    def file_actions(self) -> FileActions:
+        """Its add and remove actions as Arrow tables (built once, for snapshot folds)."""
+        return FileActions.of(self.version, self.adds, self.removes)
 
     @property
     def commit_info(self) -> CommitInfo | None:

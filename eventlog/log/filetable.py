@@ -17,7 +17,8 @@ under which the newest action wins when commits are folded.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ import pyarrow.compute as pc
 from eventlog.log.actions import AddFile, DeletionVectorDescriptor, RemoveFile
 
 __all__ = [
+    "FileActions",
     "ADD_SCHEMA",
     "ADD_STRUCT",
     "DV_STRUCT",
@@ -147,6 +149,55 @@ def removes_table(removes: Sequence[RemoveFile]) -> pa.Table:
     )  # fmt: skip
 
 
+@dataclasses.dataclass(frozen=True)
+class FileActions:
+    """Add and remove actions of some commits, with the version of each row.
+
+    ``adds`` has :data:`~eventlog.log.filetable.ADD_SCHEMA`, ``removes``
+    :data:`~eventlog.log.filetable.REMOVE_SCHEMA`; ``add_versions``/``remove_versions`` give
+    each row's commit version (rows of one version are in no particular order: a commit never
+    adds and removes the same file, so their order does not matter to the fold).
+    """
+
+    adds: pa.Table
+    add_versions: np.ndarray
+    removes: pa.Table
+    remove_versions: np.ndarray
+
+    @staticmethod
+    def empty() -> FileActions:
+        none = np.zeros(0, dtype=np.int64)
+        return FileActions(ADD_SCHEMA.empty_table(), none, REMOVE_SCHEMA.empty_table(), none)
+
+    @staticmethod
+    def of(version: int, adds: Sequence[AddFile], removes: Sequence[RemoveFile]) -> FileActions:
+        """One commit's file actions given as values."""
+        return FileActions(
+            adds_table(adds),
+            np.full(len(adds), version, dtype=np.int64),
+            removes_table(removes),
+            np.full(len(removes), version, dtype=np.int64),
+        )
+
+    @staticmethod
+    def concat(parts: Iterable[FileActions]) -> FileActions:
+        parts = [p for p in parts if p.adds.num_rows or p.removes.num_rows]
+        if not parts:
+            return FileActions.empty()
+        if len(parts) == 1:
+            return parts[0]
+        return FileActions(
+            pa.concat_tables([p.adds for p in parts]),
+            np.concatenate([p.add_versions for p in parts]),
+            pa.concat_tables([p.removes for p in parts]),
+            np.concatenate([p.remove_versions for p in parts]),
+        )
+
+    @property
+    def is_empty(self) -> bool:
+        return self.adds.num_rows == 0 and self.removes.num_rows == 0
+
+
 # --------------------------------------------------------------------------- columns -> objects
 
 
@@ -229,9 +280,7 @@ def _cast(col: pa.ChunkedArray, typ: pa.DataType) -> pa.ChunkedArray:
                 chunk.field(f.name).cast(f.type) if f.name in have else pa.nulls(len(chunk), f.type)
                 for f in typ
             ]
-            chunks.append(
-                pa.StructArray.from_arrays(children, fields=list(typ), mask=chunk.is_null())
-            )
+            chunks.append(pa.StructArray.from_arrays(children, fields=list(typ), mask=chunk.is_null()))
         return pa.chunked_array(chunks, typ)
     if pa.types.is_map(typ) and pa.types.is_struct(col.type):
         return pa.chunked_array([map_from_struct(c) for c in col.chunks], typ)

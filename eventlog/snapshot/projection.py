@@ -6,6 +6,13 @@ protocol, app-transaction versions and domain metadata. A :class:`Snapshot` is a
 immutable value; :meth:`Snapshot.advance` folds further commits into a *new* snapshot.
 Replay checks that versions are contiguous and fails with :class:`CorruptLogError` on a
 gap.
+
+The file state is columnar: :attr:`Snapshot.live_files` is an Arrow table in the layout
+of a checkpoint's ``add`` rows (:data:`eventlog.log.filetable.ADD_SCHEMA`), and
+:attr:`Snapshot.tombstone_files` the ``remove`` rows, folded by
+:func:`eventlog.snapshot.reconcile.fold_files`. ``AddFile`` values are made only on
+demand (:attr:`Snapshot.files`, :attr:`Snapshot.add_files`), for callers that walk a few
+files; everything that walks all of them works on the columns.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import pyarrow as pa
 from eventlog.errors import CorruptLogError
 from eventlog.files.schema import from_spark_schema_json
 from eventlog.log.actions import (
+    Action,
     AddFile,
     CommitInfo,
     DomainMetadata,
@@ -28,14 +36,27 @@ from eventlog.log.actions import (
     RemoveFile,
     SetTransaction,
 )
+from eventlog.log.bulk import CommitHeader
 from eventlog.log.commit import Commit
+from eventlog.log.filetable import (
+    ADD_SCHEMA,
+    REMOVE_SCHEMA,
+    FileActions,
+    add_files,
+    adds_table,
+    conform,
+    remove_files,
+    removes_table,
+)
 from eventlog.snapshot.isolation import IsolationLevel
+from eventlog.snapshot.reconcile import fold_files
 
 FileKey = tuple[str, str | None]
+Events = Commit | CommitHeader  # a commit, or (when its file actions travel as columns) its other actions
 
 
 # Advancing a snapshot records the new commits on top of its parent (O(new commits));
-# the file map is folded on first use. Every this many commits a fold is forced, which
+# the file state is folded on first use. Every this many commits a fold is forced, which
 # bounds the chain a first use walks and the commits a chain keeps alive.
 _MAX_LAZY_DEPTH = 256
 
@@ -43,19 +64,20 @@ _MAX_LAZY_DEPTH = 256
 class Snapshot:
     """The table state at ``version`` (an immutable value).
 
-    ``protocol``, ``metadata``, ``txns`` and ``domains`` are folded eagerly; ``files``,
-    ``tombstones`` and ``commit_timestamps`` lazily, on first access, from the nearest
-    folded ancestor plus the commits since (structural sharing, so a stream of small
-    commits does not copy the file map each time).
+    ``protocol``, ``metadata``, ``txns`` and ``domains`` are folded eagerly; the file state
+    (``live_files``, ``tombstone_files``) and ``commit_timestamps`` lazily, on first access,
+    from the nearest folded ancestor plus the commits since (so a stream of small commits
+    does not fold the file state each time).
     """
 
     __slots__ = (
         "__dict__",
         "_depth",
-        "_files",
+        "_live",
         "_lock",
         "_parent",
         "_pending",
+        "_pending_timestamps",
         "_timestamps",
         "_tombstones",
         "domains",
@@ -72,10 +94,11 @@ class Snapshot:
     txns: Mapping[str, SetTransaction]
     domains: Mapping[str, DomainMetadata]
     _parent: Snapshot | None
-    _pending: tuple[Commit, ...]
+    _pending: FileActions
+    _pending_timestamps: tuple[tuple[int, int], ...]
     _depth: int
-    _files: Mapping[FileKey, AddFile] | None
-    _tombstones: Mapping[FileKey, RemoveFile] | None
+    _live: pa.Table | None
+    _tombstones: pa.Table | None
     _timestamps: tuple[tuple[int, int], ...] | None
     _lock: threading.Lock
 
@@ -88,11 +111,11 @@ class Snapshot:
         txns: Mapping[str, SetTransaction],
         domains: Mapping[str, DomainMetadata],
         *,
-        files: Mapping[FileKey, AddFile] | None = None,
-        tombstones: Mapping[FileKey, RemoveFile] | None = None,
+        live: pa.Table | None = None,
+        tombstones: pa.Table | None = None,
         timestamps: tuple[tuple[int, int], ...] = (),
         parent: Snapshot | None = None,
-        pending: tuple[Commit, ...] = (),
+        pending: FileActions | None = None,
     ) -> None:
         setattr_ = object.__setattr__
         setattr_(self, "uri", uri)
@@ -102,12 +125,14 @@ class Snapshot:
         setattr_(self, "txns", MappingProxyType(dict(txns)))
         setattr_(self, "domains", MappingProxyType(dict(domains)))
         setattr_(self, "_parent", parent)
-        setattr_(self, "_pending", pending)
+        setattr_(self, "_pending", pending if pending is not None else FileActions.empty())
+        setattr_(self, "_pending_timestamps", timestamps if parent is not None else ())
         # Depth counts the unfolded links down to the nearest folded ancestor.
-        setattr_(self, "_depth", 0 if parent is None else parent._depth + 1 if parent._files is None else 1)
-        setattr_(self, "_files", MappingProxyType(dict(files)) if files is not None else None)
-        setattr_(self, "_tombstones", MappingProxyType(dict(tombstones or {})) if files is not None else None)
-        setattr_(self, "_timestamps", timestamps if files is not None else None)
+        setattr_(self, "_depth", 0 if parent is None else parent._depth + 1 if parent._live is None else 1)
+        folded = parent is None
+        setattr_(self, "_live", _as_table(live, ADD_SCHEMA) if folded else None)
+        setattr_(self, "_tombstones", _as_table(tombstones, REMOVE_SCHEMA) if folded else None)
+        setattr_(self, "_timestamps", timestamps if folded else None)
         setattr_(self, "_lock", threading.Lock())
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -120,38 +145,55 @@ class Snapshot:
 
     def _fold(self) -> None:
         with self._lock:
-            if self._files is not None:
+            if self._live is not None:
                 return
             chain: list[Snapshot] = []
             node: Snapshot | None = self
-            while node is not None and node._files is None:
+            while node is not None and node._live is None:
                 chain.append(node)
                 node = node._parent
-            assert node is not None  # the root of every chain is folded
-            state = _FileState(node)
-            for link in reversed(chain):
-                for commit in link._pending:
-                    state.apply(commit)
+            assert node is not None and node._live is not None and node._tombstones is not None
+            chain.reverse()
+            pending = FileActions.concat(link._pending for link in chain)
+            live, tombstones = fold_files(node._live, node._tombstones, pending)
+            timestamps = (node._timestamps or ()) + tuple(
+                t for link in chain for t in link._pending_timestamps
+            )
             setattr_ = object.__setattr__
-            setattr_(self, "_files", MappingProxyType(state.files))
-            setattr_(self, "_tombstones", MappingProxyType(state.tombstones))
-            setattr_(self, "_timestamps", tuple(state.timestamps))
+            setattr_(self, "_live", live)
+            setattr_(self, "_tombstones", tombstones)
+            setattr_(self, "_timestamps", timestamps)
             setattr_(self, "_parent", None)  # release the chain
-            setattr_(self, "_pending", ())
+            setattr_(self, "_pending", FileActions.empty())
+            setattr_(self, "_pending_timestamps", ())
             setattr_(self, "_depth", 0)
 
     @property
-    def files(self) -> Mapping[FileKey, AddFile]:
-        """Live files keyed by ``(path, deletion vector id)``."""
+    def live_files(self) -> pa.Table:
+        """The live files, one row each, in the columns of a checkpoint's ``add`` struct
+        (:data:`~eventlog.log.filetable.ADD_SCHEMA`); in no particular order."""
         self._fold()
-        assert self._files is not None
-        return self._files
+        assert self._live is not None
+        return self._live
 
     @property
-    def tombstones(self) -> Mapping[FileKey, RemoveFile]:
+    def tombstone_files(self) -> pa.Table:
+        """Removed files still remembered (``remove`` rows,
+        :data:`~eventlog.log.filetable.REMOVE_SCHEMA`)."""
         self._fold()
         assert self._tombstones is not None
         return self._tombstones
+
+    @functools.cached_property
+    def files(self) -> Mapping[FileKey, AddFile]:
+        """Live files keyed by ``(path, deletion vector id)``, as values (built on first use:
+        prefer :attr:`live_files` when walking many files)."""
+        return MappingProxyType({a.key: a for a in add_files(self.live_files)})
+
+    @functools.cached_property
+    def tombstones(self) -> Mapping[FileKey, RemoveFile]:
+        """Tombstones keyed like :attr:`files`, as values (built on first use)."""
+        return MappingProxyType({r.key: r for r in remove_files(self.tombstone_files)})
 
     @property
     def commit_timestamps(self) -> tuple[tuple[int, int], ...]:
@@ -191,12 +233,17 @@ class Snapshot:
 
     @functools.cached_property
     def add_files(self) -> tuple[AddFile, ...]:
-        """Live files in a stable order (by path)."""
-        return tuple(sorted(self.files.values(), key=lambda a: a.path))
+        """Live files as values, in a stable order (by path). Built on first use: prefer
+        :attr:`live_files` when walking many files."""
+        return tuple(sorted(add_files(self.live_files), key=lambda a: a.path))
 
     @property
     def num_files(self) -> int:
-        return len(self.files)
+        return self.live_files.num_rows
+
+    def paths(self) -> list[str]:
+        """Relative paths of the live files, sorted."""
+        return sorted(self.live_files.column("path").to_pylist())
 
     def txn_version(self, app_id: str) -> int:
         """Latest committed version for ``app_id``, or -1."""
@@ -208,24 +255,30 @@ class Snapshot:
     @staticmethod
     def from_commits(uri: str, commits: Sequence[Commit]) -> Snapshot:
         """Fold commits starting at version 0."""
-        if not commits:
+        return Snapshot.from_events(uri, commits, FileActions.concat(c.file_actions for c in commits))
+
+    @staticmethod
+    def from_events(uri: str, events: Sequence[Events], files: FileActions) -> Snapshot:
+        """Fold commits starting at version 0, given as their other actions (``events``) and
+        all their file actions as columns (``files``)."""
+        if not events:
             raise CorruptLogError(f"{uri}: no commits to replay", uri=uri, version=None)
-        if commits[0].version != 0:
+        if events[0].version != 0:
             raise CorruptLogError(
-                f"{uri}: replay must start at version 0, found {commits[0].version}",
+                f"{uri}: replay must start at version 0, found {events[0].version}",
                 uri=uri,
-                version=commits[0].version,
+                version=events[0].version,
             )
-        _check_contiguous(uri, commits, 0)
+        _check_contiguous(uri, events, 0)
         head = _Head()
-        files = _FileState(None)
-        for commit in commits:
-            head.apply(commit)
-            files.apply(commit)
-        protocol, metadata = head.require(uri, commits[-1].version)
+        for event in events:
+            head.apply(event.actions)
+        protocol, metadata = head.require(uri, events[-1].version)
+        empty_live, empty_tombstones = ADD_SCHEMA.empty_table(), REMOVE_SCHEMA.empty_table()
+        live, tombstones = fold_files(empty_live, empty_tombstones, files)
         return Snapshot(
-            uri, commits[-1].version, protocol, metadata, head.txns, head.domains,
-            files=files.files, tombstones=files.tombstones, timestamps=tuple(files.timestamps),
+            uri, events[-1].version, protocol, metadata, head.txns, head.domains,
+            live=live, tombstones=tombstones, timestamps=_timestamps(events),
         )  # fmt: skip
 
     @staticmethod
@@ -234,38 +287,58 @@ class Snapshot:
         version: int,
         protocol: Protocol,
         metadata: Metadata,
-        adds: Iterable[AddFile],
-        removes: Iterable[RemoveFile] = (),
+        adds: pa.Table | Iterable[AddFile],
+        removes: pa.Table | Iterable[RemoveFile] = (),
         txns: Iterable[SetTransaction] = (),
         domains: Iterable[DomainMetadata] = (),
     ) -> Snapshot:
-        """A snapshot from an already folded state (a checkpoint)."""
+        """A snapshot from an already folded state (a checkpoint): files as tables or values."""
+        live = adds if isinstance(adds, pa.Table) else adds_table(list(adds))
+        tombstones = removes if isinstance(removes, pa.Table) else removes_table(list(removes))
         return Snapshot(
             uri, version, protocol, metadata,
             {t.app_id: t for t in txns}, {d.domain: d for d in domains if not d.removed},
-            files={a.key: a for a in adds}, tombstones={r.key: r for r in removes},
+            live=live, tombstones=tombstones,
         )  # fmt: skip
 
     def advance(self, commits: Sequence[Commit]) -> Snapshot:
         """A new snapshot with ``commits`` (versions ``version+1..``) folded in."""
-        if not commits:
+        return self.advance_events(commits, FileActions.concat(c.file_actions for c in commits))
+
+    def advance_events(self, events: Sequence[Events], files: FileActions) -> Snapshot:
+        """:meth:`advance` for commits given as their other actions plus their file
+        actions as columns (what :func:`eventlog.log.bulk.decode_file_actions` returns)."""
+        if not events:
             return self
-        _check_contiguous(self.uri, commits, self.version + 1)
+        _check_contiguous(self.uri, events, self.version + 1)
         head = _Head(self)
-        for commit in commits:
-            head.apply(commit)
-        protocol, metadata = head.require(self.uri, commits[-1].version)
+        for event in events:
+            head.apply(event.actions)
+        protocol, metadata = head.require(self.uri, events[-1].version)
         nxt = Snapshot(
-            self.uri, commits[-1].version, protocol, metadata, head.txns, head.domains,
-            parent=self, pending=tuple(commits),
+            self.uri, events[-1].version, protocol, metadata, head.txns, head.domains,
+            parent=self, pending=files, timestamps=_timestamps(events),
         )  # fmt: skip
         if nxt._depth >= _MAX_LAZY_DEPTH:
             nxt._fold()
         return nxt
 
 
-def _check_contiguous(uri: str, commits: Sequence[Commit], expected: int) -> None:
-    for commit in commits:
+def _as_table(table: pa.Table | None, schema: pa.Schema) -> pa.Table:
+    return schema.empty_table() if table is None else conform(table, schema)
+
+
+def _timestamps(events: Sequence[Events]) -> tuple[tuple[int, int], ...]:
+    return tuple(
+        (event.version, action.timestamp)
+        for event in events
+        for action in event.actions
+        if isinstance(action, CommitInfo)
+    )
+
+
+def _check_contiguous(uri: str, events: Sequence[Events], expected: int) -> None:
+    for commit in events:
         if commit.version != expected:
             raise CorruptLogError(
                 f"{uri}: the commit log has a gap: expected version {expected}, found {commit.version}",
@@ -284,8 +357,8 @@ class _Head:
         self.txns: dict[str, SetTransaction] = dict(base.txns) if base is not None else {}
         self.domains: dict[str, DomainMetadata] = dict(base.domains) if base is not None else {}
 
-    def apply(self, commit: Commit) -> None:
-        for action in commit.actions:
+    def apply(self, actions: Iterable[Action]) -> None:
+        for action in actions:
             if isinstance(action, (AddFile, RemoveFile, CommitInfo)):
                 continue
             if isinstance(action, Metadata):
@@ -307,28 +380,3 @@ class _Head:
                 f"{uri}: no {missing} action in versions 0..{version}", uri=uri, version=version
             )
         return self.protocol, self.metadata
-
-
-class _FileState:
-    """The file map being folded (mutable; frozen into a Snapshot at the end)."""
-
-    def __init__(self, base: Snapshot | None) -> None:
-        self.files: dict[FileKey, AddFile] = dict(base._files) if base is not None and base._files else {}
-        self.tombstones: dict[FileKey, RemoveFile] = (
-            dict(base._tombstones) if base is not None and base._tombstones else {}
-        )
-        self.timestamps: list[tuple[int, int]] = list(base._timestamps or ()) if base is not None else []
-
-    def apply(self, commit: Commit) -> None:
-        files, tombstones = self.files, self.tombstones
-        for action in commit.actions:
-            if isinstance(action, AddFile):
-                key = action.key
-                files[key] = action
-                tombstones.pop(key, None)
-            elif isinstance(action, RemoveFile):
-                key = action.key
-                files.pop(key, None)
-                tombstones[key] = action
-            elif isinstance(action, CommitInfo):
-                self.timestamps.append((commit.version, action.timestamp))
