@@ -44,7 +44,7 @@ from eventlog.expr.nodes import (
 )
 from eventlog.expr.parse import check_sql_text, parse_expression, parse_predicate
 from eventlog.expr.render import to_sql
-from eventlog.expr.skipping import may_match
+from eventlog.expr.skipping import may_match, may_match_mask
 
 __all__ = [
     "check_sql_text",
@@ -58,6 +58,7 @@ __all__ = [
     "evaluate",
     "evaluate_mask",
     "may_match",
+    "may_match_mask",
     "parse_expression",
     "parse_predicate",
     "partition_predicate",

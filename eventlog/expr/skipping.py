@@ -37,15 +37,22 @@ _MAX_IN_TESTS = 32  # IN lists longer than this are checked by their range only
 
 def may_match(expr: Expr, stats: pa.Table) -> list[bool]:
     """For each file (row of ``stats``): False only if no row of it can satisfy ``expr``."""
+    result: list[bool] = may_match_mask(expr, stats).to_pylist()
+    return result
+
+
+def may_match_mask(expr: Expr, stats: pa.Table) -> pa.BooleanArray:
+    """:func:`may_match` as an Arrow boolean array (no nulls), for filtering file tables."""
+    n = stats.num_rows
     verdict = _Skipping(stats).check(expr, negate=False)
     if verdict is None:
-        return [True] * stats.num_rows
+        return pa.repeat(pa.scalar(True), n)
     if isinstance(verdict, pa.Scalar):
-        return [verdict.as_py() is not False] * stats.num_rows
+        return pa.repeat(pa.scalar(verdict.as_py() is not False), n)
     if isinstance(verdict, pa.ChunkedArray):
         verdict = verdict.combine_chunks()
-    result: list[bool] = pc.fill_null(verdict, True).to_pylist()
-    return result
+    mask: pa.BooleanArray = pc.fill_null(verdict, True)
+    return mask
 
 
 def _like_prefix(pattern: str) -> str:

@@ -3,17 +3,29 @@
 First by partition values (exact: the partition-only conjuncts evaluated on each file's
 typed partition values, NULL counting as no match), then by min/max/null-count statistics
 (conservative: a file is dropped only when its statistics prove no row can match).
+
+Files come as an Arrow table of add rows (:data:`eventlog.log.filetable.ADD_SCHEMA`):
+:func:`partition_table` types their partition values and :func:`file_stats` parses their
+statistics column-wise, so pruning 300,000 files builds no Python value per file.
+:class:`FileIndex` keeps both for one snapshot, parsed once. :func:`prune_files` keeps the
+older interface over :class:`~eventlog.log.actions.AddFile` values.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from eventlog import expr as ex
-from eventlog.files.schema import partition_values_table, stats_table
+from eventlog.files.partition_values import _cast_strings, decode_partition_value
+from eventlog.files.stats import stats_table
 from eventlog.log.actions import AddFile
+from eventlog.log.filetable import add_files, adds_table
+
+__all__ = ["FileIndex", "data_schema", "file_stats", "partition_table", "prune_files", "prune_table"]
 
 
 def data_schema(schema: pa.Schema, partition_columns: Sequence[str]) -> pa.Schema:
@@ -22,21 +34,73 @@ def data_schema(schema: pa.Schema, partition_columns: Sequence[str]) -> pa.Schem
     return pa.schema([f for f in schema if f.name not in parts])
 
 
-def prune_by_partition(
-    files: Sequence[AddFile], partition_predicate: ex.Expr, partition_schema: pa.Schema
-) -> list[AddFile]:
-    if not files:
-        return []
-    values = partition_values_table([f.partition_values for f in files], partition_schema)
-    mask = ex.evaluate_mask(partition_predicate, values).to_pylist()
-    return [f for f, keep in zip(files, mask, strict=True) if keep]
+def partition_table(files: pa.Table, partition_schema: pa.Schema) -> pa.Table:
+    """Typed partition values of ``files`` (add rows), one row each (missing key or "" = null)."""
+    values = files.column("partitionValues")
+    columns = []
+    for f in partition_schema:
+        if files.num_rows == 0:
+            columns.append(pa.array([], f.type))
+            continue
+        raw = pc.map_lookup(values, pa.scalar(f.name), "first")
+        raw = raw.combine_chunks() if isinstance(raw, pa.ChunkedArray) else raw
+        raw = pc.if_else(pc.equal(raw, ""), pa.scalar(None, pa.string()), raw)
+        columns.append(_cast_strings(raw, f.type, functools.partial(_decode_as, f.type)))
+    return pa.Table.from_arrays(columns, schema=pa.schema([f.with_nullable(True) for f in partition_schema]))
 
 
-def prune_by_stats(files: Sequence[AddFile], predicate: ex.Expr, schema: pa.Schema) -> list[AddFile]:
-    if not files:
-        return []
-    keep = ex.may_match(predicate, stats_table([f.stats for f in files], schema, len(files)))
-    return [f for f, k in zip(files, keep, strict=True) if k]
+def _decode_as(t: pa.DataType, value: str) -> object:
+    return decode_partition_value(value, t)
+
+
+def file_stats(files: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The statistics of ``files`` (add rows) parsed into typed columns
+    (:func:`eventlog.files.stats.stats_table`'s layout), one row each."""
+    return stats_table(files.column("stats"), schema, files.num_rows)
+
+
+class FileIndex:
+    """The live files of one snapshot, with their typed partition values and statistics
+    parsed on first use and kept (a snapshot is immutable, so they never go stale)."""
+
+    def __init__(self, files: pa.Table, schema: pa.Schema, partition_columns: Sequence[str]) -> None:
+        self.files = files
+        self.schema = schema
+        self.partition_columns = tuple(partition_columns)
+        self.partition_schema = pa.schema([schema.field(c) for c in self.partition_columns])
+        self.data_schema = data_schema(schema, self.partition_columns)
+
+    @functools.cached_property
+    def partitions(self) -> pa.Table:
+        return partition_table(self.files, self.partition_schema)
+
+    @functools.cached_property
+    def stats(self) -> pa.Table:
+        return file_stats(self.files, self.data_schema)
+
+    def prune(self, predicate: ex.Expr) -> tuple[ex.Expr | None, pa.Table]:
+        """(the predicate's partition-only part or None, the add rows that may match)."""
+        part_pred = ex.partition_predicate(predicate, self.partition_columns)
+        files = self.files
+        if part_pred is not None:
+            mask = ex.evaluate_mask(part_pred, self.partitions)
+            files = files.filter(mask)
+            if files.num_rows < self.files.num_rows and "stats" not in self.__dict__:
+                # Few files left: parse only theirs (the full parse is for data-only filters).
+                return part_pred, files.filter(
+                    ex.may_match_mask(predicate, file_stats(files, self.data_schema))
+                )
+            stats = self.stats.filter(mask)
+        else:
+            stats = self.stats
+        return part_pred, files.filter(ex.may_match_mask(predicate, stats))
+
+
+def prune_table(
+    files: pa.Table, predicate: ex.Expr, schema: pa.Schema, partition_columns: Sequence[str]
+) -> tuple[ex.Expr | None, pa.Table]:
+    """(the predicate's partition-only part or None, the add rows of ``files`` that may match)."""
+    return FileIndex(files, schema, partition_columns).prune(predicate)
 
 
 def prune_files(
@@ -45,11 +109,8 @@ def prune_files(
     schema: pa.Schema,
     partition_columns: Sequence[str],
 ) -> tuple[ex.Expr | None, list[AddFile]]:
-    """(the predicate's partition-only part or None, the files that may match)."""
-    part_pred = ex.partition_predicate(predicate, partition_columns)
-    out = list(files)
-    if part_pred is not None:
-        part_schema = pa.schema([schema.field(c) for c in partition_columns])
-        out = prune_by_partition(out, part_pred, part_schema)
-    out = prune_by_stats(out, predicate, data_schema(schema, partition_columns))
-    return part_pred, out
+    """:func:`prune_table` over values: (partition-only part or None, the files that may match)."""
+    if not files:
+        return ex.partition_predicate(predicate, partition_columns), []
+    part_pred, kept = prune_table(adds_table(files), predicate, schema, partition_columns)
+    return part_pred, add_files(kept)

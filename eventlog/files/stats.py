@@ -7,14 +7,15 @@ otherwise; missing or unusable values become nulls, and rounded decimal bounds s
 from __future__ import annotations
 
 import datetime as dt
-import io
 import json
 import math
 from collections.abc import Sequence
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from eventlog.errors import InvalidInputError
@@ -77,7 +78,9 @@ def _nest(leaves: list[tuple[tuple[str, ...], pa.DataType]]) -> pa.DataType:
     return build(tree)
 
 
-def stats_table(stats: Sequence[str | None], schema: pa.Schema, num_files: int | None = None) -> pa.Table:
+def stats_table(
+    stats: Sequence[str | None] | pa.Array | pa.ChunkedArray, schema: pa.Schema, num_files: int | None = None
+) -> pa.Table:
     """Parse add-action stats JSON into one row per file.
 
     Columns: ``numRecords``; per primitive leaf ``c`` (dotted path): ``min.c`` and ``max.c``
@@ -85,6 +88,8 @@ def stats_table(stats: Sequence[str | None], schema: pa.Schema, num_files: int |
     unparseable stats give nulls. Values are as stored: writers other than this library
     truncate timestamp maxima to milliseconds, so skipping on ``max`` of a timestamp should
     allow for one extra millisecond. ``num_files`` (default ``len(stats)``) pads with null rows.
+    ``stats`` may be an Arrow string array (a snapshot's ``stats`` column): it then reaches
+    the JSON reader without a Python string per file.
     """
     n = len(stats) if num_files is None else num_files
     if len(stats) > n:
@@ -96,18 +101,43 @@ def stats_table(stats: Sequence[str | None], schema: pa.Schema, num_files: int |
         out_fields += [pa.field(f"{prefix}.{'.'.join(p)}", t) for p, t in mm]
     out_fields += [pa.field(f"nullCount.{'.'.join(p)}", pa.int64()) for p, _ in leaves]
     out_schema = pa.schema(out_fields)
-    padded = list(stats) + [None] * (n - len(stats))
     if n == 0:
         return out_schema.empty_table()
+    if isinstance(stats, pa.ChunkedArray | pa.Array):
+        stats = (
+            stats
+            if len(stats) == n
+            else pa.concat_arrays([_array(stats), pa.nulls(n - len(stats), pa.string())])
+        )
+        body = _lines(_array(stats))
+    else:
+        stats = list(stats) + [None] * (n - len(stats))
+        body = "\n".join([s or "{}" for s in stats]).encode()
     try:
-        columns = _stats_columns_fast(padded, mm, leaves)
+        columns = _stats_columns_fast(body, n, mm, leaves)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError, KeyError):
-        columns = _stats_columns_slow(padded, mm, leaves)
+        texts = stats.to_pylist() if isinstance(stats, pa.ChunkedArray | pa.Array) else stats
+        columns = _stats_columns_slow(texts, mm, leaves)
     return pa.Table.from_arrays(columns, schema=out_schema)
 
 
+def _array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+
+
+def _lines(stats: pa.Array) -> pa.Buffer:
+    """The stats strings as one buffer of lines (null = ``{}``), built by Arrow kernels."""
+    filled = pc.fill_null(stats.cast(pa.string()), "{}")
+    joined = pc.binary_join_element_wise(filled, pa.scalar(""), "\n")  # each string + newline
+    offsets = joined.buffers()[1]
+    data = joined.buffers()[2]
+    first, last = np.frombuffer(offsets, dtype=np.int32)[[joined.offset, joined.offset + len(joined)]]
+    return data.slice(int(first), int(last - first))
+
+
 def _stats_columns_fast(
-    stats: list[str | None],
+    body: bytes | pa.Buffer,
+    n: int,
     mm: list[tuple[tuple[str, ...], pa.DataType]],
     leaves: list[tuple[tuple[str, ...], pa.DataType]],
 ) -> list[pa.Array]:
@@ -119,13 +149,10 @@ def _stats_columns_fast(
         fields += [pa.field("minValues", _nest(json_leaves)), pa.field("maxValues", _nest(json_leaves))]
     if leaves:
         fields.append(pa.field("nullCount", _nest([(p, pa.int64()) for p, _ in leaves])))
-    body = "\n".join([s or "{}" for s in stats]).encode()
-    if body.count(b"\n") != len(stats) - 1:
-        raise ValueError("stats spanning several lines")
     opts = pajson.ParseOptions(explicit_schema=pa.schema(fields), unexpected_field_behavior="ignore")
-    parsed = pajson.read_json(io.BytesIO(body), parse_options=opts)
-    if parsed.num_rows != len(stats):
-        raise ValueError("row count mismatch")
+    parsed = pajson.read_json(pa.BufferReader(body), parse_options=opts)
+    if parsed.num_rows != n:
+        raise ValueError("stats spanning several lines")
     flat = parsed
     while any(pa.types.is_struct(c.type) for c in flat.columns):
         flat = flat.flatten()
