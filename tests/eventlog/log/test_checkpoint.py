@@ -234,7 +234,9 @@ def test_find_latest_checkpoint_from_listing() -> None:
         "00000000000000000011.crc",
         "_last_checkpoint",
     ]
-    assert find_latest_checkpoint(None, "unused", listing=listing) == 10
+    # Issue 14: multi-part (12, complete) and UUID-named V2 checkpoints (14, 15) count too;
+    # this assertion was `== 10` while only classic checkpoints were read.
+    assert find_latest_checkpoint(None, "unused", listing=listing) == 15
     assert find_latest_checkpoint(None, "unused", at_or_before=9, listing=listing) == 5
     assert find_latest_checkpoint(None, "unused", at_or_before=10, listing=listing) == 10
     assert find_latest_checkpoint(None, "unused", at_or_before=4, listing=listing) is None

@@ -1,0 +1,538 @@
+"""Finding and reading checkpoints of every kind the Delta protocol defines.
+
+PROTOCOL.md "Checkpoints" names three kinds, all read here:
+
+* classic: ``<v>.checkpoint.parquet`` (V1 spec, or V2 spec with ``checkpointMetadata`` and
+  ``sidecar`` rows);
+* multi-part: ``<v>.checkpoint.<o:010d>.<p:010d>.parquet``, parts 1..p; a set with a
+  part missing is ignored;
+* UUID-named V2: ``<v>.checkpoint.<uuid>.json`` or ``.parquet``, holding the non-file
+  actions and either the file actions or ``sidecar`` actions naming Parquet files in
+  ``_delta_log/_sidecars/`` that hold them.
+
+File actions are read column-wise into ADD_SCHEMA/REMOVE_SCHEMA tables: only the struct
+fields this library models are read (never ``stats_parsed``/``partitionValues_parsed``),
+each row group's valid rows are kept, the struct is flattened and conformed, with no
+Python object per file. The few non-file actions are decoded in Python. (Only file
+actions inlined in a JSON V2 checkpoint, rare, go through Python objects.)
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import fsspec
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from eventlog.errors import CorruptLogError
+from eventlog.log.actions import (
+    AddFile,
+    DomainMetadata,
+    Format,
+    Metadata,
+    Protocol,
+    RemoveFile,
+    SetTransaction,
+)
+from eventlog.log.checkpoint_state import (
+    CHECKPOINT_METADATA_STRUCT,
+    CHECKPOINT_SCHEMA,
+    LAST_CHECKPOINT,
+    SIDECAR_STRUCT,
+    CheckpointState,
+    checkpoint_path,
+)
+from eventlog.log.filetable import ADD_SCHEMA, REMOVE_SCHEMA, adds_table, conform, removes_table
+
+__all__ = [
+    "CHAIN_HEAD_KEY",
+    "CheckpointFiles",
+    "LastCheckpoint",
+    "find_latest_checkpoint",
+    "list_checkpoints",
+    "read_chain_head",
+    "read_checkpoint",
+    "read_last_checkpoint",
+    "read_last_checkpoint_info",
+]
+
+CHAIN_HEAD_KEY = b"eventlog.chainHead"
+SIDECARS = "_sidecars"
+
+_CLASSIC_RE = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
+_MULTIPART_RE = re.compile(r"^(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet$")
+_UUID_RE = re.compile(
+    r"^(\d{20})\.checkpoint\.([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"
+    r"\.(json|parquet)$"
+)
+_KIND_ORDER = {"classic": 0, "v2": 1, "multipart": 2}  # preference at one version
+
+# --------------------------------------------------------------------------- locate
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointFiles:
+    """One complete checkpoint: its version, kind and file names in the log directory
+    (``kind`` is ``"classic"``, ``"multipart"`` (parts in order) or ``"v2"``)."""
+
+    version: int
+    kind: str
+    names: tuple[str, ...]
+
+
+def _name(entry: str) -> str:
+    return entry.rstrip("/").rpartition("/")[2]
+
+
+def list_checkpoints(listing: Iterable[str]) -> list[CheckpointFiles]:
+    """Every complete checkpoint in a log directory listing (names or paths), newest first;
+    at one version a classic checkpoint comes first, then UUID-named V2 ones, then
+    multi-part sets. Multi-part sets with a part missing are left out."""
+    found: list[CheckpointFiles] = []
+    parts: dict[tuple[int, int], dict[int, str]] = {}
+    for entry in listing:
+        if ".checkpoint." not in entry:  # a cheap filter before the regexes
+            continue
+        name = _name(entry)
+        if m := _CLASSIC_RE.match(name):
+            found.append(CheckpointFiles(int(m.group(1)), "classic", (name,)))
+        elif m := _UUID_RE.match(name):
+            found.append(CheckpointFiles(int(m.group(1)), "v2", (name,)))
+        elif m := _MULTIPART_RE.match(name):
+            part, of = int(m.group(2)), int(m.group(3))
+            if 1 <= part <= of:
+                parts.setdefault((int(m.group(1)), of), {})[part] = name
+    for (version, of), names in parts.items():
+        if len(names) == of:
+            found.append(CheckpointFiles(version, "multipart", tuple(names[i] for i in range(1, of + 1))))
+    found.sort(key=lambda c: (-c.version, _KIND_ORDER[c.kind], c.names))
+    return found
+
+
+def _list_log(fs: fsspec.AbstractFileSystem, log_dir: str) -> list[str]:
+    return [str(p) for p in fs.ls(log_dir, detail=False)]
+
+
+def find_latest_checkpoint(
+    fs: fsspec.AbstractFileSystem,
+    log_dir: str,
+    at_or_before: int | None = None,
+    listing: Sequence[str] | None = None,
+) -> int | None:
+    """Version of the newest complete checkpoint of any kind ``<= at_or_before`` (any if
+    None). ``listing`` is the log directory's file names (or paths); without it,
+    ``log_dir`` is listed. Read it with :func:`read_checkpoint` (pass the same listing)."""
+    if listing is None:
+        try:
+            listing = _list_log(fs, log_dir)
+        except FileNotFoundError:
+            return None
+    for cp in list_checkpoints(listing):
+        if at_or_before is None or cp.version <= at_or_before:
+            return cp.version
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class LastCheckpoint:
+    """The fields of ``_delta_log/_last_checkpoint`` (PROTOCOL.md "Last Checkpoint File";
+    ``v2_checkpoint`` is the file name of a UUID-named V2 checkpoint, as Delta Spark
+    records it under ``v2Checkpoint.path``)."""
+
+    version: int
+    size: int | None = None
+    parts: int | None = None
+    size_in_bytes: int | None = None
+    num_of_add_files: int | None = None
+    v2_checkpoint: str | None = None
+
+    def files(self) -> CheckpointFiles:
+        """The files of the checkpoint this pointer names: openable without listing."""
+        v = f"{self.version:020d}"
+        if self.v2_checkpoint is not None:
+            return CheckpointFiles(self.version, "v2", (self.v2_checkpoint,))
+        if self.parts is not None:
+            names = tuple(
+                f"{v}.checkpoint.{i:010d}.{self.parts:010d}.parquet" for i in range(1, self.parts + 1)
+            )
+            return CheckpointFiles(self.version, "multipart", names)
+        return CheckpointFiles(self.version, "classic", (f"{v}.checkpoint.parquet",))
+
+
+def _opt_int(d: dict[str, Any], key: str, minimum: int) -> int | None:
+    value = d.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        return None
+    return value
+
+
+def read_last_checkpoint_info(fs: fsspec.AbstractFileSystem, log_dir: str) -> LastCheckpoint | None:
+    """The parsed ``_last_checkpoint``; None if it is absent or unreadable.
+
+    A torn or corrupt pointer is only an optimisation lost: callers fall back to listing.
+    Optional fields of the wrong type are dropped; a ``v2Checkpoint`` whose path is not a
+    UUID-named checkpoint of that version is ignored.
+    """
+    try:
+        d = orjson.loads(fs.cat_file(f"{log_dir.rstrip('/')}/{LAST_CHECKPOINT}"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(d, dict):
+        return None
+    version = _opt_int(d, "version", 0)
+    if version is None:
+        return None
+    v2: str | None = None
+    v2_info = d.get("v2Checkpoint")
+    if isinstance(v2_info, dict) and isinstance(v2_info.get("path"), str):
+        name = _name(v2_info["path"])
+        m = _UUID_RE.match(name)
+        v2 = name if m is not None and int(m.group(1)) == version else None
+    return LastCheckpoint(
+        version=version,
+        size=_opt_int(d, "size", -1),
+        parts=_opt_int(d, "parts", 1),
+        size_in_bytes=_opt_int(d, "sizeInBytes", 0),
+        num_of_add_files=_opt_int(d, "numOfAddFiles", 0),
+        v2_checkpoint=v2,
+    )
+
+
+def read_last_checkpoint(fs: fsspec.AbstractFileSystem, log_dir: str) -> int | None:
+    """Version named by ``_last_checkpoint``; None if it is absent or unreadable."""
+    info = read_last_checkpoint_info(fs, log_dir)
+    return None if info is None else info.version
+
+
+def read_chain_head(fs: fsspec.AbstractFileSystem, log_dir: str, version: int) -> str | None:
+    """The chain head a single-file checkpoint at ``version`` carries (footer only), or None."""
+    path = checkpoint_path(log_dir, version)
+    try:
+        with fs.open(path, "rb") as f:
+            metadata = pq.read_schema(f).metadata or {}
+    except FileNotFoundError:
+        return None
+    value = metadata.get(CHAIN_HEAD_KEY)
+    return value.decode() if value is not None else None
+
+
+# --------------------------------------------------------------------------- decode
+
+# The struct columns read, with the fields decoded. add/remove are filetable's structs.
+_ACTION_TYPES: dict[str, pa.StructType] = {
+    **{f.name: f.type for f in CHECKPOINT_SCHEMA},
+    "checkpointMetadata": CHECKPOINT_METADATA_STRUCT,
+    "sidecar": SIDECAR_STRUCT,
+}
+_FILE_KINDS = ("add", "remove")
+# Sub-fields that must be non-null in every row of a column (else the file is corrupt).
+_REQUIRED: dict[str, tuple[str, ...]] = {
+    "txn": ("appId", "version"),
+    "add": ("path", "size", "modificationTime"),
+    "remove": ("path",),
+    "metaData": ("id", "schemaString"),
+    "protocol": ("minReaderVersion", "minWriterVersion"),
+    "domainMetadata": ("domain",),
+    "checkpointMetadata": ("version",),
+    "sidecar": ("path",),
+}
+
+
+@dataclass
+class _Actions:
+    """Actions gathered from the files of one checkpoint."""
+
+    protocols: list[Protocol] = field(default_factory=list)
+    metadatas: list[Metadata] = field(default_factory=list)
+    txns: list[SetTransaction] = field(default_factory=list)
+    domains: list[DomainMetadata] = field(default_factory=list)
+    adds: list[pa.Table] = field(default_factory=list)
+    removes: list[pa.Table] = field(default_factory=list)
+    sidecars: list[str] = field(default_factory=list)
+    checkpoint_versions: list[int] = field(default_factory=list)
+
+
+def _fields(arr: pa.StructArray, column: str) -> tuple[int, dict[str, list[Any]]]:
+    """The rows of a (valid-only) struct array as per-field Python lists."""
+    names = [arr.type.field(i).name for i in range(arr.type.num_fields)]
+    fields = {name: child.to_pylist() for name, child in zip(names, arr.flatten(), strict=True)}
+    for name in _REQUIRED[column]:
+        values = fields.get(name)
+        if len(arr) and (values is None or any(v is None for v in values)):
+            raise ValueError(f"{column}.{name} is missing or null in a {column} row")
+    return len(arr), fields
+
+
+def _col(fields: dict[str, list[Any]], name: str, n: int) -> list[Any]:
+    return fields.get(name) or [None] * n
+
+
+def _dict(pairs: list[tuple[str, Any]] | None) -> dict[str, Any] | None:
+    return None if pairs is None else dict(pairs)
+
+
+def _decode(kind: str, arr: pa.StructArray, out: _Actions) -> None:
+    """Append the non-file actions of ``arr`` (valid rows of column ``kind``) to ``out``."""
+    n, f = _fields(arr, kind)
+
+    def col(name: str) -> list[Any]:
+        return _col(f, name, n)
+
+    if kind == "protocol":
+        out.protocols += [
+            Protocol(int(r), int(w), None if rf is None else tuple(rf), None if wf is None else tuple(wf))
+            for r, w, rf, wf in zip(
+                col("minReaderVersion"), col("minWriterVersion"), col("readerFeatures"),
+                col("writerFeatures"), strict=True,
+            )
+        ]  # fmt: skip
+    elif kind == "metaData":
+        fmts = [fm or {} for fm in col("format")]
+        out.metadatas += [
+            Metadata(
+                id=i, schema_string=ss, partition_columns=tuple(pc or ()), configuration=_dict(cf) or {},
+                created_time=ct, name=nm, description=ds,
+                format=Format(fm.get("provider") or "parquet", _dict(fm.get("options")) or {}),
+            )
+            for i, ss, pc, cf, ct, nm, ds, fm in zip(
+                col("id"), col("schemaString"), col("partitionColumns"), col("configuration"),
+                col("createdTime"), col("name"), col("description"), fmts, strict=True,
+            )
+        ]  # fmt: skip
+    elif kind == "txn":
+        cols = (col("appId"), col("version"), col("lastUpdated"))
+        out.txns += [SetTransaction(a, int(v), u) for a, v, u in zip(*cols, strict=True)]
+    elif kind == "domainMetadata":
+        cols = (col("domain"), col("configuration"), col("removed"))
+        # Tombstones do not belong in a checkpoint; drop any a foreign writer kept.
+        out.domains += [DomainMetadata(d, c or "", False) for d, c, r in zip(*cols, strict=True) if not r]
+    elif kind == "checkpointMetadata":
+        out.checkpoint_versions += [int(v) for v in col("version")]
+    elif kind == "sidecar":
+        out.sidecars += col("path")
+
+
+def _file_table(chunks: list[pa.StructArray], kind: str) -> pa.Table:
+    """Valid rows of an add/remove struct column, flattened and conformed; required
+    fields checked column-wise."""
+    schema = ADD_SCHEMA if kind == "add" else REMOVE_SCHEMA
+    tables = []
+    for arr in chunks:
+        names = [arr.type.field(i).name for i in range(arr.type.num_fields)]
+        tables.append(conform(pa.Table.from_arrays(arr.flatten(), names=names), schema))
+    table = pa.concat_tables(tables) if tables else schema.empty_table()
+    for name in _REQUIRED[kind]:
+        present = any(arr.type.get_field_index(name) >= 0 for arr in chunks)
+        if table.num_rows and (not present or table.column(name).null_count):
+            raise ValueError(f"{kind}.{name} is missing or null in a {kind} row")
+    return table
+
+
+def _selected_columns(file_schema: pa.Schema, kinds: Iterable[str]) -> dict[str, list[str]]:
+    """Per action column the file has, the dotted paths of the fields we decode it has.
+
+    delta-rs/Spark may add stats_parsed, partitionValues_parsed, clusteringProvider...;
+    those can be large, so they are never read.
+    """
+    selected: dict[str, list[str]] = {}
+    for kind in kinds:
+        idx = file_schema.get_field_index(kind)
+        if idx < 0:
+            continue  # PROTOCOL.md: a missing column is treated as all-null
+        typ = file_schema.field(idx).type
+        if not pa.types.is_struct(typ):
+            raise ValueError(f"column {kind!r} is {typ}, not a struct")
+        present = {typ.field(i).name for i in range(typ.num_fields)}
+        want = _ACTION_TYPES[kind]
+        names = [want.field(i).name for i in range(want.num_fields)]
+        paths = [f"{kind}.{name}" for name in names if name in present]
+        if paths:
+            selected[kind] = paths
+    return selected
+
+
+def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    return bool({"file", "local"} & set(protocols))
+
+
+def _parquet_file(fs: fsspec.AbstractFileSystem, path: str) -> pq.ParquetFile:
+    if _is_local(fs):  # Arrow's own reader: no copy of the whole file into Python bytes
+        return pq.ParquetFile(fs._strip_protocol(path), memory_map=True)
+    return pq.ParquetFile(pa.BufferReader(fs.cat_file(path)))  # whole file: one GET
+
+
+def _read_parquet(fs: fsspec.AbstractFileSystem, path: str, out: _Actions, kinds: Iterable[str]) -> None:
+    """Gather the actions of column ``kinds`` in the Parquet file at ``path``.
+
+    Row group by row group, so that groups holding only one kind of action (as ours do)
+    are kept without copying; mixed groups are filtered.
+    """
+    pf = _parquet_file(fs, path)
+    selected = _selected_columns(pf.schema_arrow, kinds)
+    if not selected:
+        return
+    columns = [p for paths in selected.values() for p in paths]
+    chunks: dict[str, list[pa.StructArray]] = {kind: [] for kind in selected}
+    for i in range(pf.metadata.num_row_groups):
+        group = pf.read_row_group(i, columns=columns)
+        for kind in selected:
+            for arr in group.column(kind).chunks:
+                if arr.null_count == len(arr):
+                    continue
+                chunks[kind].append(arr if arr.null_count == 0 else arr.filter(arr.is_valid()))
+    for kind, arrays in chunks.items():
+        if kind in _FILE_KINDS:
+            (out.adds if kind == "add" else out.removes).append(_file_table(arrays, kind))
+        elif arrays:
+            _decode(kind, pa.concat_arrays(arrays), out)
+
+
+def _read_json(fs: fsspec.AbstractFileSystem, path: str, out: _Actions) -> None:
+    """Gather the actions of a JSON (UUID-named V2) checkpoint."""
+    adds: list[AddFile] = []
+    removes: list[RemoveFile] = []
+    for number, line in enumerate(fs.cat_file(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        action = orjson.loads(line)
+        if not isinstance(action, dict) or len(action) != 1:
+            raise ValueError(f"line {number} is not a single action")
+        ((kind, body),) = action.items()
+        if not isinstance(body, dict):
+            raise ValueError(f"line {number}: {kind} is not an object")
+        missing = [name for name in _REQUIRED.get(kind, ()) if body.get(name) is None]
+        if missing:
+            raise ValueError(f"{kind}.{missing[0]} is missing or null in a {kind} row")
+        if kind == "add":
+            adds.append(AddFile.from_json(body))
+        elif kind == "remove":
+            removes.append(RemoveFile.from_json(body))
+        elif kind == "protocol":
+            out.protocols.append(Protocol.from_json(body))
+        elif kind == "metaData":
+            out.metadatas.append(Metadata.from_json(body))
+        elif kind == "txn":
+            out.txns.append(SetTransaction.from_json(body))
+        elif kind == "domainMetadata":
+            if not body.get("removed"):
+                out.domains.append(DomainMetadata(body["domain"], body.get("configuration") or ""))
+        elif kind == "checkpointMetadata":
+            out.checkpoint_versions.append(int(body["version"]))
+        elif kind == "sidecar":
+            out.sidecars.append(str(body["path"]))
+    if adds:
+        out.adds.append(adds_table(adds))
+    if removes:
+        out.removes.append(removes_table(removes))
+
+
+def _sidecar_path(log_dir: str, path: str) -> str:
+    """Where a ``sidecar`` action's (URI-encoded) path points: a bare name is in
+    ``_delta_log/_sidecars/``; a full URI or absolute path is taken as is."""
+    if "://" in path or path.startswith("/"):
+        return path
+    return f"{log_dir.rstrip('/')}/{SIDECARS}/{urllib.parse.unquote(path)}"
+
+
+# --------------------------------------------------------------------------- read
+
+_PARSE_ERRORS = (pa.ArrowException, ValueError, TypeError, KeyError, AttributeError)
+
+
+def _corrupt(path: str, version: int, exc: Exception) -> CorruptLogError:
+    return CorruptLogError(
+        f"malformed checkpoint {path}: {type(exc).__name__}: {exc}", uri=path, version=version
+    )
+
+
+def _read_files(fs: fsspec.AbstractFileSystem, log_dir: str, cp: CheckpointFiles) -> CheckpointState:
+    """Read the checkpoint ``cp``: its files, and the sidecars they name."""
+    log_dir = log_dir.rstrip("/")
+    out = _Actions()
+    first = f"{log_dir}/{cp.names[0]}"
+    for name in cp.names:
+        path = f"{log_dir}/{name}"
+        try:
+            if name.endswith(".json"):
+                _read_json(fs, path, out)
+            else:
+                _read_parquet(fs, path, out, [*_ACTION_TYPES])
+        except _PARSE_ERRORS as exc:
+            raise _corrupt(path, cp.version, exc) from exc
+    for sidecar in out.sidecars:
+        path = _sidecar_path(log_dir, sidecar)
+        try:
+            _read_parquet(fs, path, out, _FILE_KINDS)  # sidecars hold file actions only
+        except _PARSE_ERRORS as exc:
+            raise _corrupt(path, cp.version, exc) from exc
+    try:
+        if len(out.protocols) != 1 or len(out.metadatas) != 1:
+            raise ValueError(
+                f"expected exactly one protocol and one metaData row, found {len(out.protocols)} "
+                f"and {len(out.metadatas)}"
+            )
+        if len(out.checkpoint_versions) > 1 or any(v != cp.version for v in out.checkpoint_versions):
+            raise ValueError(
+                f"checkpointMetadata rows {out.checkpoint_versions} do not name version {cp.version}"
+            )
+        adds = pa.concat_tables(out.adds) if out.adds else ADD_SCHEMA.empty_table()
+        removes = pa.concat_tables(out.removes) if out.removes else REMOVE_SCHEMA.empty_table()
+    except _PARSE_ERRORS as exc:
+        raise _corrupt(first, cp.version, exc) from exc
+    return CheckpointState(
+        version=cp.version,
+        protocol=out.protocols[0],
+        metadata=out.metadatas[0],
+        adds=adds,
+        removes=removes,
+        txns=out.txns,
+        domains=out.domains,
+    )
+
+
+def read_checkpoint(
+    fs: fsspec.AbstractFileSystem,
+    log_dir: str,
+    version: int,
+    *,
+    listing: Sequence[str] | None = None,
+    last: LastCheckpoint | None = None,
+) -> CheckpointState:
+    """Read the checkpoint at ``version``, of whichever kind is there (ours, delta-rs's or
+    Spark's: classic, multi-part or V2 with sidecars).
+
+    With ``last`` (the parsed ``_last_checkpoint``) naming ``version``, its files are
+    opened directly. Else with ``listing`` (the log directory's names or paths) the
+    checkpoint is picked from it; else the classic file is tried first and the directory
+    listed only when it is absent.
+
+    Raises :class:`CorruptLogError` when a file is not a valid checkpoint, and
+    ``FileNotFoundError`` when no checkpoint exists at ``version`` or one of its files
+    is missing (callers may fall back to an older checkpoint or to replay).
+    """
+    if last is not None and last.version == version:
+        return _read_files(fs, log_dir, last.files())
+    if listing is not None:
+        for cp in list_checkpoints(listing):
+            if cp.version == version:
+                return _read_files(fs, log_dir, cp)
+        raise FileNotFoundError(f"no complete checkpoint at version {version} in {log_dir}")
+    classic = CheckpointFiles(version, "classic", (_name(checkpoint_path(log_dir, version)),))
+    try:
+        return _read_files(fs, log_dir, classic)
+    except FileNotFoundError as missing:
+        try:
+            names = _list_log(fs, log_dir)
+        except FileNotFoundError:
+            raise missing from None
+        others = [cp for cp in list_checkpoints(names) if cp.version == version and cp.kind != "classic"]
+        if not others:
+            raise
+    return _read_files(fs, log_dir, others[0])

@@ -1,0 +1,248 @@
+"""What a checkpoint holds: its Parquet schema and :class:`CheckpointState`.
+
+The file actions of a state are Arrow tables (:data:`~eventlog.log.filetable.ADD_SCHEMA`,
+:data:`~eventlog.log.filetable.REMOVE_SCHEMA`): a checkpoint of a million files is read
+and written without a Python object per file. ``state.adds``/``state.removes`` still
+offer them as :class:`~eventlog.log.actions.AddFile`/``RemoveFile`` sequences, built on
+first use only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, cast, overload
+
+import pyarrow as pa
+
+from eventlog.log.actions import AddFile, DomainMetadata, Metadata, Protocol, RemoveFile, SetTransaction
+from eventlog.log.filetable import (
+    ADD_SCHEMA,
+    ADD_STRUCT,
+    REMOVE_SCHEMA,
+    REMOVE_STRUCT,
+    add_files,
+    adds_table,
+    conform,
+    remove_files,
+    removes_table,
+)
+
+__all__ = [
+    "CHECKPOINT_SCHEMA",
+    "LAST_CHECKPOINT",
+    "AddFiles",
+    "CheckpointState",
+    "FileActions",
+    "RemoveFiles",
+    "checkpoint_path",
+]
+
+LAST_CHECKPOINT = "_last_checkpoint"
+
+# --------------------------------------------------------------------------- schema
+
+
+def _f(name: str, typ: pa.DataType, nullable: bool = True) -> pa.Field:
+    return pa.field(name, typ, nullable=nullable)
+
+
+_STR = pa.string()
+_LONG = pa.int64()
+# format.options/configuration may not hold null values (partitionValues/tags may).
+_MAP_NN = pa.map_(_STR, _f("value", _STR, False))
+_LIST_NN = pa.list_(_f("element", _STR, False))
+
+TXN_STRUCT = pa.struct([_f("appId", _STR, False), _f("version", _LONG, False), _f("lastUpdated", _LONG)])
+METADATA_STRUCT = pa.struct([
+    _f("id", _STR, False),
+    _f("name", _STR),
+    _f("description", _STR),
+    _f("format", pa.struct([_f("provider", _STR, False), _f("options", _MAP_NN, False)]), False),
+    _f("schemaString", _STR, False),
+    _f("partitionColumns", _LIST_NN, False),
+    _f("createdTime", _LONG),
+    _f("configuration", _MAP_NN, False),
+])  # fmt: skip
+PROTOCOL_STRUCT = pa.struct([
+    _f("minReaderVersion", pa.int32(), False),
+    _f("minWriterVersion", pa.int32(), False),
+    _f("readerFeatures", _LIST_NN),
+    _f("writerFeatures", _LIST_NN),
+])  # fmt: skip
+DOMAIN_STRUCT = pa.struct([
+    _f("domain", _STR, False), _f("configuration", _STR, False), _f("removed", pa.bool_(), False)
+])  # fmt: skip
+
+# What this library writes (the V1 spec): field names, types and nullability match what
+# delta-rs (delta-kernel) writes. The add/remove structs are filetable's, so a checkpoint's
+# file rows flattened are exactly ADD_SCHEMA/REMOVE_SCHEMA tables.
+CHECKPOINT_SCHEMA = pa.schema([
+    _f("txn", TXN_STRUCT),
+    _f("add", ADD_STRUCT),
+    _f("remove", REMOVE_STRUCT),
+    _f("metaData", METADATA_STRUCT),
+    _f("protocol", PROTOCOL_STRUCT),
+    _f("domainMetadata", DOMAIN_STRUCT),
+])  # fmt: skip
+
+# V2-spec actions a reader also meets (PROTOCOL.md "Sidecar File Information").
+_MAP = pa.map_(_STR, _STR)
+CHECKPOINT_METADATA_STRUCT = pa.struct([_f("version", _LONG, False), _f("tags", _MAP)])
+SIDECAR_STRUCT = pa.struct([
+    _f("path", _STR, False), _f("sizeInBytes", _LONG, False), _f("modificationTime", _LONG, False),
+    _f("tags", _MAP),
+])  # fmt: skip
+
+
+def checkpoint_path(log_dir: str, version: int) -> str:
+    """Path of the classic single-file checkpoint for ``version`` in ``log_dir``."""
+    return f"{log_dir.rstrip('/')}/{version:020d}.checkpoint.parquet"
+
+
+# --------------------------------------------------------------------------- file actions
+
+_T = TypeVar("_T", AddFile, RemoveFile)
+
+
+class FileActions(Sequence[_T], Generic[_T]):
+    """File actions held as an Arrow table and offered as a sequence of action objects.
+
+    Built from either form; the other is derived on first use and kept. ``len`` never
+    builds objects. Equal to any sequence holding equal actions in the same order.
+    """
+
+    __slots__ = ("_items", "_table")
+    SCHEMA: pa.Schema
+
+    def __init__(self, table: pa.Table | None = None, items: Sequence[_T] | None = None) -> None:
+        if table is None and items is None:
+            raise ValueError("FileActions needs a table or items")
+        self._table: pa.Table | None = table
+        self._items: Sequence[_T] | None = items
+
+    @classmethod
+    def of(cls, value: Any) -> Any:
+        """``value`` (a sequence of actions, an Arrow table, or one of these) as ``cls``."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, FileActions):
+            raise TypeError(f"expected {cls.__name__}, got {type(value).__name__}")
+        if isinstance(value, pa.Table):
+            return cls(table=conform(value, cls.SCHEMA))
+        return cls(items=list(value))
+
+    def _to_table(self, items: Sequence[_T]) -> pa.Table:
+        raise NotImplementedError
+
+    def _to_items(self, table: pa.Table) -> list[_T]:
+        raise NotImplementedError
+
+    @property
+    def table(self) -> pa.Table:
+        """The actions as a table of :attr:`SCHEMA` (built from the objects on first use)."""
+        if self._table is None:
+            self._table = self._to_table(cast(Sequence[_T], self._items))
+        return self._table
+
+    def _objects(self) -> Sequence[_T]:
+        if self._items is None:
+            items: Sequence[_T] = self._to_items(self._table)
+            self._items = items
+            return items
+        return self._items
+
+    def __len__(self) -> int:
+        if self._items is not None:
+            return len(self._items)
+        return int(self.table.num_rows)
+
+    @overload
+    def __getitem__(self, index: int) -> _T: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[_T]: ...
+    def __getitem__(self, index: int | slice) -> _T | Sequence[_T]:
+        return self._objects()[index]
+
+    def __iter__(self) -> Iterator[_T]:
+        return iter(self._objects())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FileActions):
+            if type(other) is not type(self):
+                return False
+            if self._table is not None and other._table is not None and self._table.equals(other._table):
+                return True
+            return list(self) == list(other)
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return len(self) == len(other) and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self)} files)"
+
+
+class AddFiles(FileActions[AddFile]):
+    """``add`` actions: an :data:`~eventlog.log.filetable.ADD_SCHEMA` table."""
+
+    __slots__ = ()
+    SCHEMA = ADD_SCHEMA
+
+    def _to_table(self, items: Sequence[AddFile]) -> pa.Table:
+        return adds_table(items)
+
+    def _to_items(self, table: pa.Table) -> list[AddFile]:
+        return add_files(table)
+
+
+class RemoveFiles(FileActions[RemoveFile]):
+    """``remove`` actions (tombstones): a :data:`~eventlog.log.filetable.REMOVE_SCHEMA`
+    table (which keeps neither ``stats`` nor ``tags``)."""
+
+    __slots__ = ()
+    SCHEMA = REMOVE_SCHEMA
+
+    def _to_table(self, items: Sequence[RemoveFile]) -> pa.Table:
+        return removes_table(items)
+
+    def _to_items(self, table: pa.Table) -> list[RemoveFile]:
+        return remove_files(table)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointState:
+    """The reconciled table state at ``version``: what a checkpoint stores.
+
+    ``adds``/``removes`` may be given as sequences of :class:`AddFile`/:class:`RemoveFile`
+    or as Arrow tables (conformed to ADD_SCHEMA/REMOVE_SCHEMA); either way they are kept
+    as :class:`AddFiles`/:class:`RemoveFiles`, whose tables are :attr:`add_table` and
+    :attr:`remove_table` and which materialize objects only when iterated.
+    """
+
+    version: int
+    protocol: Protocol
+    metadata: Metadata
+    adds: Sequence[AddFile]
+    removes: Sequence[RemoveFile]
+    txns: Sequence[SetTransaction]
+    domains: Sequence[DomainMetadata]
+    # SHA-256 of commit ``version``'s bytes (the head of the tamper-evidence chain), kept in
+    # the Parquet footer's key-value metadata, which Delta readers ignore; verification
+    # continues from it after older commits are cleaned up (eventlog.log.verify).
+    chain_head: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "adds", AddFiles.of(self.adds))
+        object.__setattr__(self, "removes", RemoveFiles.of(self.removes))
+
+    @property
+    def add_table(self) -> pa.Table:
+        """The live files, one row per ``add`` action (ADD_SCHEMA)."""
+        return cast(AddFiles, self.adds).table
+
+    @property
+    def remove_table(self) -> pa.Table:
+        """The tombstones, one row per ``remove`` action (REMOVE_SCHEMA)."""
+        return cast(RemoveFiles, self.removes).table
