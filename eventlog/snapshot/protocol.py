@@ -18,7 +18,9 @@ from eventlog.log.actions import Protocol
 
 MAX_READER_VERSION = 3
 MAX_WRITER_VERSION = 7
-READER_FEATURES = frozenset({"timestampNtz", "deletionVectors"})
+# v2Checkpoint: every checkpoint kind is read (eventlog.log.checkpoint_read); writers, which
+# would have to write V2 checkpoints, still refuse it.
+READER_FEATURES = frozenset({"timestampNtz", "deletionVectors", "v2Checkpoint"})
 WRITER_FEATURES = frozenset({"appendOnly", "invariants", "timestampNtz", "domainMetadata", "deletionVectors"})
 DV_PROPERTY = "delta.enableDeletionVectors"
 # Legacy (pre-feature) writer versions 3..6 imply features (CHECK constraints, CDF,

@@ -694,3 +694,11 @@ def test_two_hundred_thousand_files_round_trip_and_deltalake_reads_them(tmp_path
     assert {u.removeprefix("file://").removeprefix(f"{root}/") for u in uris} == set(
         adds.column("path").to_pylist()
     )
+
+
+def test_v2_checkpoint_is_a_reader_feature_only() -> None:
+    # imported here: this module otherwise needs only eventlog.log
+    from eventlog.snapshot.protocol import reader_missing, writer_missing
+
+    assert reader_missing(V2_PROTOCOL) == []
+    assert writer_missing(V2_PROTOCOL) == ["v2Checkpoint"]
