@@ -20,6 +20,7 @@ from typing import Any, Self
 
 import pyarrow as pa
 
+from eventlog import expr as ex
 from eventlog.errors import InvalidInputError, TableAlreadyExistsError, VersionNotFoundError
 from eventlog.files.enforce import conform
 from eventlog.files.schema import canonical_schema
@@ -460,9 +461,15 @@ class Table:
 
     # ------------------------------------------------------------------ reads
 
-    def files(self, version: int | None = None) -> list[str]:
-        """Relative paths of the live data files."""
-        return [a.path for a in self.snapshot(version).add_files]
+    def files(self, version: int | None = None, *, filter: str | None = None) -> list[str]:
+        """Relative paths of the live data files (sorted); with ``filter`` (a SQL predicate),
+        only those that may hold matching rows after partition pruning and min/max
+        statistics skipping (what a read with that filter opens)."""
+        snap = self.snapshot(version)
+        if filter is None:
+            return snap.paths()
+        _, selected = snap.select_files(ex.parse_predicate(filter, snap.schema, context="filter"))
+        return sorted(selected.column("path").to_pylist())
 
     def to_arrow(
         self,

@@ -45,6 +45,7 @@ from eventlog.files.partition_values import decode_partition_value
 from eventlog.files.pruning import prune_files
 from eventlog.files.schema import from_spark_schema_json
 from eventlog.log.actions import AddFile
+from eventlog.log.filetable import add_files
 from eventlog.log.storage import normalize_uri
 from eventlog.snapshot import Snapshot
 from eventlog.table import Table
@@ -170,11 +171,16 @@ class NativeScan:
         self.partition_columns = tuple(snapshot.partition_columns)
         parts = set(self.partition_columns)
         self.data_schema = T.StructType([f for f in self.schema.fields if f.name not in parts])
-        planned = list(snapshot.add_files if files is None else files)
-        self.total_files = len(planned)
-        if where is not None:
-            predicate = ex.parse_predicate(where, snapshot.schema, context="where")
-            _, planned = prune_files(planned, predicate, snapshot.schema, self.partition_columns)
+        predicate = None if where is None else ex.parse_predicate(where, snapshot.schema, context="where")
+        if files is None:  # the snapshot's files: pruned on columns, values only for those kept
+            self.total_files = snapshot.num_files
+            _, selected = snapshot.select_files(predicate)
+            planned = sorted(add_files(selected), key=lambda a: a.path)
+        else:
+            planned = list(files)
+            self.total_files = len(planned)
+            if predicate is not None:
+                _, planned = prune_files(planned, predicate, snapshot.schema, self.partition_columns)
         self.files = planned
 
     # ------------------------------------------------------------------ fallback

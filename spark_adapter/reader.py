@@ -52,10 +52,10 @@ from pyspark.sql.types import StructType
 
 from eventlog import expr as ex
 from eventlog.errors import EventlogError, UnknownColumnError
-from eventlog.files.pruning import prune_files
 from eventlog.files.scan import read_live_rows
 from eventlog.files.schema import from_spark_schema_json
 from eventlog.log.actions import AddFile
+from eventlog.log.filetable import add_files
 from eventlog.log.storage import LogStore
 from eventlog.snapshot import Snapshot
 from eventlog.table import Table
@@ -137,12 +137,11 @@ class EventlogReader(DataSourceReader):  # type: ignore[misc]
         if snap is None:
             src = self.source
             snap = Table.open(src.uri, slots=src.slots).snapshot(src.version)
-        files = list(snap.add_files)
-        total = len(files)
+        pred = None
         if self.predicates:
             pred = ex.parse_predicate(" AND ".join(f"({p})" for p in self.predicates), snap.schema)
-            _, files = prune_files(files, pred, snap.schema, snap.partition_columns)
-        return files, total
+        _, selected = snap.select_files(pred)  # on columns; values only for the files kept
+        return sorted(add_files(selected), key=lambda a: a.path), snap.num_files
 
     def partitions(self) -> list[InputPartition]:
         files, total = self.plan_files()

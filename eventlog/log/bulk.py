@@ -16,13 +16,14 @@ same :class:`~eventlog.log.actions.ActionDecodeError` naming its line.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.json as pajson
 
-from eventlog.log.actions import Action, ActionDecodeError, AddFile, RemoveFile, decode_commit
+from eventlog.log.actions import Action, ActionDecodeError, AddFile, Metadata, RemoveFile, decode_commit
 from eventlog.log.filetable import (
     ADD_SCHEMA,
     ADD_STRUCT,
@@ -36,8 +37,11 @@ from eventlog.log.filetable import (
 
 __all__ = ["CommitHeader", "decode_file_actions"]
 
+logger = logging.getLogger(__name__)
+
 _ADD_PREFIX = b'{"add":'
 _REMOVE_PREFIX = b'{"remove":'
+_METADATA_PREFIX = b'{"metaData":'
 _BATCH_BYTES = 16 << 20  # file lines parsed per Arrow call (bounds the temporary copies)
 _BLOCK_BYTES = 16 << 20  # Arrow's JSON block: the longest line it can take
 
@@ -56,30 +60,41 @@ class CommitHeader:
 _DV_LINES = pa.struct([f.with_nullable(True) for f in DV_STRUCT])  # a missing DV: a null struct
 
 
-def _line_schema(name: str, struct: pa.StructType, free: set[str]) -> pa.Schema:
-    """The explicit schema of one action kind's lines; ``free`` fields (JSON objects with
-    arbitrary keys) are left out and inferred, then turned into maps."""
-    fields = [f for f in struct if f.name not in free]
+def _line_schema(name: str, struct: pa.StructType, partition_columns: Sequence[str]) -> pa.Schema:
+    """The explicit schema of one action kind's lines.
+
+    ``partitionValues`` is a struct of the known partition columns (as strings: Arrow's
+    inference would read ``"2024-01-01"`` as a timestamp); ``tags`` (free keys) is
+    inferred. Both are turned into maps after parsing, and any inferred value that is not
+    a string sends the batch to the exact per-line codec.
+    """
+    fields = []
+    for f in struct:
+        if f.name == "tags":
+            continue
+        if f.name == "partitionValues":
+            fields.append(pa.field(f.name, pa.struct([pa.field(c, pa.string()) for c in partition_columns])))
+        elif f.name == "deletionVector":
+            fields.append(pa.field(f.name, _DV_LINES))
+        else:
+            fields.append(f.with_nullable(True))
     if name == "remove":
         fields.append(pa.field("stats", pa.string()))  # parsed (to keep it a string), dropped
-    fields = [
-        f.with_nullable(True) if f.name != "deletionVector" else pa.field(f.name, _DV_LINES) for f in fields
-    ]
     return pa.schema([pa.field(name, pa.struct(fields))])
 
 
-_FREE = {"partitionValues", "tags"}
-_ADD_LINES = _line_schema("add", ADD_STRUCT, _FREE)
-_REMOVE_LINES = _line_schema("remove", REMOVE_STRUCT, _FREE)
+_FREE = ("partitionValues", "tags")
 
 
-def _parse_lines(body: bytes | memoryview, name: str) -> pa.Table:
+def _parse_lines(body: bytes | memoryview, name: str, partition_columns: Sequence[str]) -> pa.Table:
     """Parse a buffer of ``{"add": ...}`` (or remove) lines into the flattened table."""
-    schema, target = (_ADD_LINES, ADD_SCHEMA) if name == "add" else (_REMOVE_LINES, REMOVE_SCHEMA)
+    struct, target = (ADD_STRUCT, ADD_SCHEMA) if name == "add" else (REMOVE_STRUCT, REMOVE_SCHEMA)
     parsed = pajson.read_json(
         pa.BufferReader(body),
         read_options=pajson.ReadOptions(block_size=_BLOCK_BYTES),
-        parse_options=pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="infer"),
+        parse_options=pajson.ParseOptions(
+            explicit_schema=_line_schema(name, struct, partition_columns), unexpected_field_behavior="infer"
+        ),
     )
     col = parsed.column(name).combine_chunks()
     if col.null_count:
@@ -93,8 +108,10 @@ def _parse_lines(body: bytes | memoryview, name: str) -> pa.Table:
             continue
         if pa.types.is_null(value.type):
             value = pa.array([{}] * len(value), pa.struct([]))
-        if not pa.types.is_struct(value.type):
-            raise ValueError(f"{name}.{free} is not a JSON object")
+        if not pa.types.is_struct(value.type) or not all(
+            pa.types.is_string(t.type) or pa.types.is_null(t.type) for t in value.type
+        ):
+            raise ValueError(f"{name}.{free} is not an object of strings")
         columns[free] = map_from_struct(value, keep_nulls=free == "partitionValues")
     if name == "add" and "partitionValues" not in columns:
         columns["partitionValues"] = map_from_struct(pa.array([{}] * len(col), pa.struct([])))
@@ -105,7 +122,8 @@ def _parse_lines(body: bytes | memoryview, name: str) -> pa.Table:
 class _Batch:
     """File lines gathered from many commits, parsed in one Arrow call per kind."""
 
-    def __init__(self) -> None:
+    def __init__(self, partition_columns: Sequence[str]) -> None:
+        self.partition_columns: list[str] = list(partition_columns)
         self.lines: dict[str, list[bytes]] = {"add": [], "remove": []}
         self.versions: dict[str, list[tuple[int, int]]] = {"add": [], "remove": []}  # (version, count)
         self.nbytes = 0
@@ -122,13 +140,14 @@ class _Batch:
     def add_block(self, version: int, kind: str, body: memoryview, count: int) -> None:
         """A block of one commit that holds only ``kind`` lines: parsed without copying."""
         self.flush()
-        self.parts.append(_part(kind, _parse_lines(body, kind), [(version, count)]))
+        self.parts.append(_part(kind, _parse_lines(body, kind, self.partition_columns), [(version, count)]))
 
     def flush(self) -> None:
         for kind in ("add", "remove"):
             lines = self.lines[kind]
             if lines:
-                self.parts.append(_part(kind, _parse_lines(b"\n".join(lines), kind), self.versions[kind]))
+                table = _parse_lines(b"\n".join(lines), kind, self.partition_columns)
+                self.parts.append(_part(kind, table, self.versions[kind]))
             self.lines[kind] = []
             self.versions[kind] = []
         self.nbytes = 0
@@ -160,16 +179,23 @@ def _split(data: bytes) -> tuple[list[bytes], list[bytes], list[bytes]]:
     return adds, removes, others
 
 
-def _decode_fast(items: Sequence[tuple[int, bytes]]) -> tuple[list[CommitHeader], FileActions]:
-    batch = _Batch()
+def _decode_fast(
+    items: Sequence[tuple[int, bytes]], partition_columns: Sequence[str]
+) -> tuple[list[CommitHeader], FileActions]:
+    batch = _Batch(partition_columns)
     headers: list[CommitHeader] = []
     slow: list[FileActions] = []
     for version, data in items:
         rest = _bulk_blocks(batch, version, data) if len(data) > _BATCH_BYTES else data
         adds, removes, others = _split(rest)
+        actions = tuple(decode_commit(b"\n".join(others))) if others else ()
+        for action in actions:  # a new metaData may name new partition columns
+            if isinstance(action, Metadata):
+                batch.partition_columns += [
+                    c for c in action.partition_columns if c not in batch.partition_columns
+                ]
         batch.add(version, "add", adds)
         batch.add(version, "remove", removes)
-        actions = tuple(decode_commit(b"\n".join(others))) if others else ()
         odd = [a for a in actions if isinstance(a, AddFile | RemoveFile)]
         if odd:  # file actions spelled unusually: decoded as values above
             slow.append(
@@ -206,18 +232,43 @@ def _bulk_blocks(batch: _Batch, version: int, data: bytes) -> bytes:
     return data[:start] + data[pos:] if pos < end else data[:start]
 
 
-def decode_file_actions(items: Sequence[tuple[int, bytes]]) -> tuple[list[CommitHeader], FileActions]:
+def decode_file_actions(
+    items: Sequence[tuple[int, bytes]], partition_columns: Sequence[str] = ()
+) -> tuple[list[CommitHeader], FileActions]:
     """Decode commits given as ``(version, file bytes)``: per commit its other actions, and
     all their file actions as Arrow tables (see the module docstring).
+    ``partition_columns``: the table's, as of the commit before ``items`` (later metaData
+    actions among them are taken into account).
 
     Raises :class:`~eventlog.log.actions.ActionDecodeError` (with ``line``, and the failing
     version as ``version``) on a malformed commit.
     """
     try:
-        return _decode_fast(items)
-    except (pa.ArrowException, ValueError, KeyError, TypeError):
+        columns = _partition_columns(items, partition_columns)
+        if columns is not None:
+            return _decode_fast(items, columns)
+    except (pa.ArrowException, ValueError, KeyError, TypeError) as exc:
         # Anything odd (or malformed): the exact per-line codec decides, and names the line.
-        return _decode_slow(items)
+        logger.debug("bulk decoding of versions %d.. fell back to the per-line codec: %s", items[0][0], exc)
+    return _decode_slow(items)
+
+
+def _partition_columns(items: Sequence[tuple[int, bytes]], known: Sequence[str]) -> list[str] | None:
+    """The partition columns in force across ``items``, or None when a metaData action among
+    them changes them (rare: the per-line codec then keeps each file's keys exactly)."""
+    columns: list[str] | None = list(known) if known else None
+    for _, data in items:
+        at = data.find(_METADATA_PREFIX)
+        while at >= 0:
+            if at == 0 or data[at - 1 : at] == b"\n":
+                end = data.find(b"\n", at)
+                (action,) = decode_commit(data[at : end if end >= 0 else len(data)])
+                assert isinstance(action, Metadata)
+                if columns is not None and list(action.partition_columns) != columns:
+                    return None
+                columns = list(action.partition_columns)
+            at = data.find(_METADATA_PREFIX, at + 1)
+    return columns or []
 
 
 def _decode_slow(items: Sequence[tuple[int, bytes]]) -> tuple[list[CommitHeader], FileActions]:

@@ -17,7 +17,7 @@ import time
 import uuid
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -25,7 +25,9 @@ import orjson
 from eventlog.errors import CorruptLogError, SlotStoreError
 from eventlog.log.actions import ENGINE_INFO, ActionDecodeError, CommitInfo, decode_commit
 from eventlog.log.audit import chain_commit, digest
+from eventlog.log.bulk import CommitHeader, decode_file_actions
 from eventlog.log.commit import Commit
+from eventlog.log.filetable import FileActions
 from eventlog.log.storage import LogStore
 from lockstore import (
     InMemorySlotStore,
@@ -39,6 +41,7 @@ from lockstore.registry import ENV_VAR, open_slot_store, release_slot_store
 logger = logging.getLogger("eventlog.log.commitlog")
 
 _COMMIT_CACHE_SIZE = 512
+_DIGEST_INLINE_BYTES = 1 << 20  # bigger commits are hashed when a writer first needs it
 # For slot stores that cannot tell whether a writer lives: how old a claim with a lost
 # staged file must be before it is repaired.
 REPAIR_GRACE_SECONDS = 300.0
@@ -332,6 +335,51 @@ class CommitLog:
             assert commit is not None
             out.append(commit)
         return out
+
+    def events_between(
+        self, first: int, last: int, partition_columns: Sequence[str] = ()
+    ) -> tuple[list[Commit | CommitHeader], FileActions]:
+        """Commits ``first..last`` for a snapshot fold: each one's other actions, and all
+        their add/remove actions as Arrow tables, decoded in bulk
+        (:func:`eventlog.log.bulk.decode_file_actions`; ``partition_columns``: the table's
+        before ``first``). Cached commits are reused; the others are not cached (a fold
+        may cover hundreds of thousands of actions)."""
+        events: list[Commit | CommitHeader] = []
+        parts: list[FileActions] = []
+        raw: list[tuple[int, bytes]] = []
+        for version in range(first, last + 1):
+            with self._lock:
+                cached = self._commits.get(version)
+            if cached is not None:
+                events.append(cached)
+                parts.append(cached.file_actions)
+                continue
+            data = self.log.read_commit(version)
+            if data is None:
+                raise CorruptLogError(
+                    f"{self.uri}: the commit log has a gap: version {version} is missing",
+                    uri=self.uri,
+                    version=version,
+                )
+            raw.append((version, data))
+        if raw:
+            try:
+                headers, files = decode_file_actions(raw, partition_columns)
+            except ActionDecodeError as exc:
+                version = exc.version if exc.version is not None else raw[0][0]
+                raise CorruptLogError(
+                    f"{self.uri}: corrupt commit {version} ({self.log.commit_path(version)}) {exc}",
+                    uri=self.uri,
+                    version=version,
+                    line=exc.line,
+                ) from exc
+            events.extend(headers)
+            parts.append(files)
+            last_version, last_data = raw[-1]
+            if len(last_data) <= _DIGEST_INLINE_BYTES:
+                self._note_digest(last_version, last_data)  # what the next commit chains to
+        events.sort(key=lambda e: e.version)
+        return events, FileActions.concat(parts)
 
     def read_commit(self, version: int, *, required: bool) -> Commit | None:
         with self._lock:

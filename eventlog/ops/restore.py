@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from eventlog.log.filetable import add_files, file_keys
 from eventlog.txn.plan import Plan, PlanBuilder
+
+
+def _array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
 
 
 def restore(plan: PlanBuilder, version: int) -> Plan:
@@ -22,15 +30,18 @@ def restore(plan: PlanBuilder, version: int) -> Plan:
     plan.read_whole_table()
     if target.metadata != current.metadata:
         plan.update_metadata(dataclasses.replace(target.metadata))
-    to_remove = [f for k, f in current.files.items() if k not in target.files]
+    now, then = current.live_files, target.live_files
+    now_keys, then_keys = file_keys(now), file_keys(then)
+    # Values only for the files that change: the rest of a large table stays columns.
+    to_remove = add_files(now.filter(pc.invert(pc.is_in(now_keys, value_set=_array(then_keys)))))
     to_add = [
-        dataclasses.replace(f, data_change=True) for k, f in target.files.items() if k not in current.files
+        dataclasses.replace(f, data_change=True)
+        for f in add_files(then.filter(pc.invert(pc.is_in(then_keys, value_set=_array(now_keys)))))
     ]
-    plan.remove_files(to_remove)
-    plan.add_files(to_add, created=False)
+    plan.remove_files(sorted(to_remove, key=lambda f: f.path))
+    plan.add_files(sorted(to_add, key=lambda f: f.path), created=False)
     plan.add_metrics(
-        numRemovedFiles=len(to_remove), numRestoredFiles=len(to_add), tableSizeAfterRestore=sum(
-            f.size for f in target.files.values()
-        ),
+        numRemovedFiles=len(to_remove), numRestoredFiles=len(to_add),
+        tableSizeAfterRestore=pc.sum(then.column("size")).as_py() or 0,
     )  # fmt: skip
     return plan.build()

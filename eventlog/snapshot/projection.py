@@ -24,7 +24,9 @@ from types import MappingProxyType
 
 import pyarrow as pa
 
+from eventlog import expr as ex
 from eventlog.errors import CorruptLogError
+from eventlog.files.pruning import FileIndex
 from eventlog.files.schema import from_spark_schema_json
 from eventlog.log.actions import (
     Action,
@@ -230,6 +232,19 @@ class Snapshot:
     @property
     def table_id(self) -> str:
         return self.metadata.id
+
+    @functools.cached_property
+    def index(self) -> FileIndex:
+        """The live files with their typed partition values and statistics, parsed on first
+        use and kept: what pruning and data skipping work on."""
+        return FileIndex(self.live_files, self.schema, self.partition_columns)
+
+    def select_files(self, predicate: ex.Expr | None) -> tuple[ex.Expr | None, pa.Table]:
+        """(the partition-only part of ``predicate`` or None, the live files that may hold
+        matching rows after partition pruning and min/max skipping); all files when None."""
+        if predicate is None:
+            return None, self.live_files
+        return self.index.prune(predicate)
 
     @functools.cached_property
     def add_files(self) -> tuple[AddFile, ...]:

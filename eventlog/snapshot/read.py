@@ -12,8 +12,8 @@ import pyarrow as pa
 
 from eventlog import expr as ex
 from eventlog.errors import UnknownColumnError
-from eventlog.files.pruning import prune_files
 from eventlog.files.scan import read_live_rows, read_matching_rows
+from eventlog.log.filetable import add_files
 from eventlog.snapshot.projection import Snapshot
 from eventlog.userinput import check_string_list
 
@@ -30,7 +30,6 @@ def read_snapshot_rows(
 ) -> pa.Table:
     """The live rows of ``snapshot`` (a table at ``root`` on ``fs``) where the SQL predicate
     ``filter`` holds (all rows when None), with ``columns`` (default all, in schema order)."""
-    files = list(snapshot.add_files)
     schema, parts = snapshot.schema, snapshot.partition_columns
     if columns is not None:
         columns = check_string_list(columns, "column")
@@ -38,7 +37,8 @@ def read_snapshot_rows(
             if col not in schema.names:
                 raise UnknownColumnError(col, list(schema.names), "columns")
     if filter is None:
-        return read_live_rows(fs, root, files, schema, parts, columns=columns)
+        return read_live_rows(fs, root, snapshot.add_files, schema, parts, columns=columns)
     pred = ex.parse_predicate(filter, schema, context="filter")
-    _, files = prune_files(files, pred, schema, parts)
+    _, selected = snapshot.select_files(pred)
+    files = sorted(add_files(selected), key=lambda a: a.path)
     return read_matching_rows(fs, root, files, schema, parts, pred, filter, columns=columns)

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eventlog.log.filetable import FileActions, file_keys
+from eventlog.log.filetable import FileActions, conform, file_keys
 
 __all__ = ["compact", "fold_files"]
 
@@ -56,7 +56,9 @@ def _concat(base: pa.Table, more: pa.Table) -> pa.Table:
         return base
     if base.num_rows == 0:
         return more
-    return pa.concat_tables([base, more.cast(base.schema)])
+    if not more.schema.equals(base.schema):
+        more = conform(more, base.schema)
+    return pa.concat_tables([base, more])
 
 
 def _path(table: pa.Table) -> pa.Array:

@@ -39,6 +39,7 @@ from eventlog.log.actions import AddFile, RemoveFile
 from eventlog.log.checkpoint import read_checkpoint
 from eventlog.log.commit import Commit, member_txn_ids
 from eventlog.log.commitlog import CommitLog
+from eventlog.log.filetable import file_keys
 from eventlog.log.storage import LogStore
 from eventlog.snapshot.loader import load_snapshot
 from eventlog.snapshot.projection import FileKey, Snapshot
@@ -242,8 +243,8 @@ def _checkpoint_snapshot(commitlog: CommitLog, version: int) -> Snapshot:
     log = commitlog.log
     state = read_checkpoint(log.fs, log.log_dir, version)
     return Snapshot.from_state(
-        commitlog.uri, version, state.protocol, state.metadata, state.adds, state.removes, state.txns,
-        state.domains,
+        commitlog.uri, version, state.protocol, state.metadata, state.add_table, state.remove_table,
+        state.txns, state.domains,
     )  # fmt: skip
 
 
@@ -256,10 +257,12 @@ def _check_against(commitlog: CommitLog, fold: Snapshot, live: Snapshot) -> None
         problems.append("metadata")
     if {k: t.version for k, t in fold.txns.items()} != {k: t.version for k, t in live.txns.items()}:
         problems.append("app transactions")
-    if fold.files.keys() != live.files.keys():
-        extra = sorted(p for p, _ in fold.files.keys() - live.files.keys())[:3]
-        missing = sorted(p for p, _ in live.files.keys() - fold.files.keys())[:3]
-        problems.append(f"live files (only in the events: {extra}; only in the snapshot: {missing})")
+    ours, theirs = _keys(fold.live_files), _keys(live.live_files)
+    extra = ours.filter(pc.invert(pc.is_in(ours, value_set=theirs)))
+    missing = theirs.filter(pc.invert(pc.is_in(theirs, value_set=ours)))
+    if len(extra) or len(missing) or len(ours) != len(theirs):
+        only_events, only_snapshot = _first_paths(extra), _first_paths(missing)
+        problems.append(f"live files (only in the events: {only_events}; only in the snapshot: {only_snapshot})")  # noqa: E501
     if problems:
         raise ReplayMismatchError(
             f"{commitlog.uri}: replaying the events to version {version} does not give the table's "
@@ -268,6 +271,15 @@ def _check_against(commitlog: CommitLog, fold: Snapshot, live: Snapshot) -> None
             version=version,
             differences=problems,
         )
+
+
+def _keys(files: pa.Table) -> pa.Array:
+    keys = file_keys(files)
+    return keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+
+
+def _first_paths(keys: pa.Array) -> list[str]:
+    return sorted(k.partition("\x00")[0] for k in keys.to_pylist())[:3]
 
 
 # --------------------------------------------------------------------------- diff

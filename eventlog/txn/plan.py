@@ -29,7 +29,7 @@ from eventlog import expr as ex
 from eventlog.errors import InvalidInputError, InvalidTextError, TransactionStateError
 from eventlog.files.datafiles import delete_files
 from eventlog.files.deletion_vectors import dv_file_path, write_deletion_vectors
-from eventlog.files.pruning import prune_files
+from eventlog.files.pruning import prune_table
 from eventlog.files.schema import from_spark_schema_json
 from eventlog.log.actions import (
     AddFile,
@@ -40,6 +40,7 @@ from eventlog.log.actions import (
     RemoveFile,
     SetTransaction,
 )
+from eventlog.log.filetable import add_files
 from eventlog.snapshot import Snapshot
 from eventlog.txn.attempt import CommitTarget
 from eventlog.txn.rowlevel import CompactionSource, DvUpdate
@@ -188,13 +189,14 @@ class PlanBuilder:
         if self.snapshot is None:
             return []
         pred = self.parse_predicate(predicate) if isinstance(predicate, str) else predicate
-        files: list[AddFile] = list(self.snapshot.add_files)
         self._full_predicates.append(pred if pred is not None else ex.TRUE)
-        if pred is None:
-            self._predicates.append(ex.TRUE)
-        else:
-            part_pred, files = prune_files(files, pred, self.schema, self.metadata.partition_columns)
-            self._predicates.append(part_pred if part_pred is not None else ex.TRUE)
+        snap, parts = self.snapshot, self.metadata.partition_columns
+        if pred is None or (self.schema.equals(snap.schema) and parts == snap.partition_columns):
+            part_pred, selected = snap.select_files(pred)
+        else:  # this transaction changed the schema before scanning
+            part_pred, selected = prune_table(snap.live_files, pred, self.schema, parts)
+        self._predicates.append(part_pred if part_pred is not None else ex.TRUE)
+        files = sorted(add_files(selected), key=lambda a: a.path)
         for f in files:
             self._read_files[f.path] = f.partition_values
         return files
