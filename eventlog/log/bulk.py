@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -35,14 +35,14 @@ from eventlog.log.filetable import (
     map_from_struct,
 )
 
-__all__ = ["CommitHeader", "decode_file_actions"]
+__all__ = ["DECODE_ERRORS", "BulkDecoder", "CommitHeader", "decode_file_actions", "decode_per_line"]
 
 logger = logging.getLogger(__name__)
 
 _ADD_PREFIX = b'{"add":'
 _REMOVE_PREFIX = b'{"remove":'
-_METADATA_PREFIX = b'{"metaData":'
 _BATCH_BYTES = 16 << 20  # file lines parsed per Arrow call (bounds the temporary copies)
+CHUNK_BYTES = 16 << 20  # how much of a big commit file is read at a time
 _BLOCK_BYTES = 16 << 20  # Arrow's JSON block: the longest line it can take
 
 
@@ -96,7 +96,12 @@ def _parse_lines(body: bytes | memoryview, name: str, partition_columns: Sequenc
             explicit_schema=_line_schema(name, struct, partition_columns), unexpected_field_behavior="infer"
         ),
     )
-    col = parsed.column(name).combine_chunks()
+    tables = [_flatten(chunk, name, target) for chunk in parsed.column(name).chunks]  # no copy
+    return pa.concat_tables(tables) if tables else target.empty_table()
+
+
+def _flatten(col: pa.StructArray, name: str, target: pa.Schema) -> pa.Table:
+    """One parsed chunk of ``{"add": {...}}`` rows as a table of ``target``'s columns."""
     if col.null_count:
         raise ValueError(f"a {name} line holds null")
     inner = col.type
@@ -119,38 +124,103 @@ def _parse_lines(body: bytes | memoryview, name: str, partition_columns: Sequenc
     return conform(table, target)
 
 
-class _Batch:
-    """File lines gathered from many commits, parsed in one Arrow call per kind."""
+class _ColumnsChanged(ValueError):
+    """A metaData action changed the partition columns after file lines were parsed."""
 
-    def __init__(self, partition_columns: Sequence[str]) -> None:
+
+class BulkDecoder:
+    """Decodes commits one after the other, each given as chunks of its bytes, batching the
+    file lines of all of them into few Arrow calls (see the module docstring).
+
+    A commit larger than a chunk never sits in memory whole: long runs of add lines are
+    parsed straight from each chunk. Partition columns come from ``partition_columns``
+    (the table's before the first commit) and from metaData actions as they pass; one that
+    changes them once file lines were parsed raises (the caller then decodes per line).
+    """
+
+    def __init__(self, partition_columns: Sequence[str] = ()) -> None:
         self.partition_columns: list[str] = list(partition_columns)
-        self.lines: dict[str, list[bytes]] = {"add": [], "remove": []}
-        self.versions: dict[str, list[tuple[int, int]]] = {"add": [], "remove": []}  # (version, count)
-        self.nbytes = 0
-        self.parts: list[FileActions] = []
+        self.headers: list[CommitHeader] = []
+        self._lines: dict[str, list[bytes]] = {"add": [], "remove": []}
+        self._counts: dict[str, list[tuple[int, int]]] = {"add": [], "remove": []}  # (version, lines)
+        self._nbytes = 0
+        self._parsed_any = False
+        self._parts: list[FileActions] = []
 
-    def add(self, version: int, kind: str, lines: list[bytes]) -> None:
-        if lines:
-            self.lines[kind] += lines
-            self.versions[kind].append((version, len(lines)))
-            self.nbytes += sum(map(len, lines))
-        if self.nbytes >= _BATCH_BYTES:
-            self.flush()
+    def commit(self, version: int, chunks: Iterable[bytes]) -> None:
+        """Decode commit ``version`` from consecutive pieces of its file."""
+        actions: list[Action] = []
+        carry = b""
+        for chunk in chunks:
+            data = carry + chunk if carry else chunk
+            cut = data.rfind(b"\n") + 1
+            carry = data[cut:]
+            if cut:
+                self._body(version, data if cut == len(data) else data[:cut], actions)
+        if carry:
+            self._body(version, carry, actions)
+        odd = [a for a in actions if isinstance(a, AddFile | RemoveFile)]
+        if odd:  # file actions spelled unusually: decoded as values
+            adds = [a for a in odd if isinstance(a, AddFile)]
+            self._parts.append(FileActions.of(version, adds, [a for a in odd if isinstance(a, RemoveFile)]))
+            actions = [a for a in actions if not isinstance(a, AddFile | RemoveFile)]
+        self.headers.append(CommitHeader(version, tuple(actions)))
 
-    def add_block(self, version: int, kind: str, body: memoryview, count: int) -> None:
-        """A block of one commit that holds only ``kind`` lines: parsed without copying."""
-        self.flush()
-        self.parts.append(_part(kind, _parse_lines(body, kind, self.partition_columns), [(version, count)]))
+    def finish(self) -> tuple[list[CommitHeader], FileActions]:
+        self._flush()
+        return self.headers, FileActions.concat(self._parts)
 
-    def flush(self) -> None:
+    # ------------------------------------------------------------------ internals
+
+    def _body(self, version: int, body: bytes, actions: list[Action]) -> None:
+        """Whole lines of one commit: a run of add lines is parsed in place, else split."""
+        lines = body.count(b"\n") + (not body.endswith(b"\n"))
+        if body.startswith(_ADD_PREFIX) and body.count(b"\n" + _ADD_PREFIX) == lines - 1 and lines > 1:
+            self._flush()
+            table = _parse_lines(memoryview(body), "add", self.partition_columns)
+            self._parts.append(_part("add", table, [(version, lines)]))
+            self._parsed_any = True
+            return
+        adds: list[bytes] = []
+        removes: list[bytes] = []
+        others: list[bytes] = []
+        for line in body.split(b"\n"):
+            if line.startswith(_ADD_PREFIX):
+                adds.append(line)
+            elif line.startswith(_REMOVE_PREFIX):
+                removes.append(line)
+            elif line.strip():
+                others.append(line)
+        if others:
+            decoded = decode_commit(b"\n".join(others))
+            for action in decoded:
+                if isinstance(action, Metadata) and list(action.partition_columns) != self.partition_columns:
+                    if self._parsed_any or any(self._lines.values()):
+                        raise _ColumnsChanged("the partition columns change within the commits")
+                    self.partition_columns = list(action.partition_columns)
+            actions.extend(decoded)
+        self._gather(version, "add", adds)
+        self._gather(version, "remove", removes)
+
+    def _gather(self, version: int, kind: str, lines: list[bytes]) -> None:
+        if not lines:
+            return
+        self._lines[kind] += lines
+        self._counts[kind].append((version, len(lines)))
+        self._nbytes += sum(map(len, lines))
+        if self._nbytes >= _BATCH_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
         for kind in ("add", "remove"):
-            lines = self.lines[kind]
+            lines = self._lines[kind]
             if lines:
                 table = _parse_lines(b"\n".join(lines), kind, self.partition_columns)
-                self.parts.append(_part(kind, table, self.versions[kind]))
-            self.lines[kind] = []
-            self.versions[kind] = []
-        self.nbytes = 0
+                self._parts.append(_part(kind, table, self._counts[kind]))
+                self._parsed_any = True
+            self._lines[kind] = []
+            self._counts[kind] = []
+        self._nbytes = 0
 
 
 def _part(kind: str, table: pa.Table, counts: list[tuple[int, int]]) -> FileActions:
@@ -165,71 +235,7 @@ def _part(kind: str, table: pa.Table, counts: list[tuple[int, int]]) -> FileActi
     return FileActions(ADD_SCHEMA.empty_table(), none, table, versions)
 
 
-def _split(data: bytes) -> tuple[list[bytes], list[bytes], list[bytes]]:
-    adds: list[bytes] = []
-    removes: list[bytes] = []
-    others: list[bytes] = []
-    for line in data.split(b"\n"):
-        if line.startswith(_ADD_PREFIX):
-            adds.append(line)
-        elif line.startswith(_REMOVE_PREFIX):
-            removes.append(line)
-        elif line.strip():
-            others.append(line)
-    return adds, removes, others
-
-
-def _decode_fast(
-    items: Sequence[tuple[int, bytes]], partition_columns: Sequence[str]
-) -> tuple[list[CommitHeader], FileActions]:
-    batch = _Batch(partition_columns)
-    headers: list[CommitHeader] = []
-    slow: list[FileActions] = []
-    for version, data in items:
-        rest = _bulk_blocks(batch, version, data) if len(data) > _BATCH_BYTES else data
-        adds, removes, others = _split(rest)
-        actions = tuple(decode_commit(b"\n".join(others))) if others else ()
-        for action in actions:  # a new metaData may name new partition columns
-            if isinstance(action, Metadata):
-                batch.partition_columns += [
-                    c for c in action.partition_columns if c not in batch.partition_columns
-                ]
-        batch.add(version, "add", adds)
-        batch.add(version, "remove", removes)
-        odd = [a for a in actions if isinstance(a, AddFile | RemoveFile)]
-        if odd:  # file actions spelled unusually: decoded as values above
-            slow.append(
-                FileActions.of(
-                    version,
-                    [a for a in odd if isinstance(a, AddFile)],
-                    [a for a in odd if isinstance(a, RemoveFile)],
-                )
-            )
-            actions = tuple(a for a in actions if not isinstance(a, AddFile | RemoveFile))
-        headers.append(CommitHeader(version, actions))
-    batch.flush()
-    return headers, FileActions.concat([*batch.parts, *slow])
-
-
-def _bulk_blocks(batch: _Batch, version: int, data: bytes) -> bytes:
-    """Parse the long runs of add lines of a big commit in place (no split, no copy), and
-    return what is left for the line-by-line split: the commit's head (commitInfo,
-    metaData... before the first add line) and whatever follows the last pure block."""
-    start = data.find(b"\n" + _ADD_PREFIX)
-    if start < 0:
-        return data
-    start += 1
-    view = memoryview(data)
-    pos, end = start, len(data)
-    while pos < end:
-        stop = data.find(b"\n", min(pos + _BATCH_BYTES, end))
-        stop = end if stop < 0 else stop
-        lines = data.count(b"\n", pos, stop) + 1
-        if data.count(b"\n" + _ADD_PREFIX, pos, stop) != lines - 1:
-            break  # the block mixes in other lines: split from here on
-        batch.add_block(version, "add", view[pos:stop], lines)
-        pos = stop + 1
-    return data[:start] + data[pos:] if pos < end else data[:start]
+DECODE_ERRORS = (pa.ArrowException, ValueError, KeyError, TypeError)  # the bulk path gives up
 
 
 def decode_file_actions(
@@ -237,41 +243,24 @@ def decode_file_actions(
 ) -> tuple[list[CommitHeader], FileActions]:
     """Decode commits given as ``(version, file bytes)``: per commit its other actions, and
     all their file actions as Arrow tables (see the module docstring).
-    ``partition_columns``: the table's, as of the commit before ``items`` (later metaData
-    actions among them are taken into account).
+    ``partition_columns``: the table's, as of the commit before ``items``.
 
     Raises :class:`~eventlog.log.actions.ActionDecodeError` (with ``line``, and the failing
     version as ``version``) on a malformed commit.
     """
     try:
-        columns = _partition_columns(items, partition_columns)
-        if columns is not None:
-            return _decode_fast(items, columns)
-    except (pa.ArrowException, ValueError, KeyError, TypeError) as exc:
+        decoder = BulkDecoder(partition_columns)
+        for version, data in items:
+            decoder.commit(version, (data,))
+        return decoder.finish()
+    except DECODE_ERRORS as exc:
         # Anything odd (or malformed): the exact per-line codec decides, and names the line.
         logger.debug("bulk decoding of versions %d.. fell back to the per-line codec: %s", items[0][0], exc)
-    return _decode_slow(items)
+    return decode_per_line(items)
 
 
-def _partition_columns(items: Sequence[tuple[int, bytes]], known: Sequence[str]) -> list[str] | None:
-    """The partition columns in force across ``items``, or None when a metaData action among
-    them changes them (rare: the per-line codec then keeps each file's keys exactly)."""
-    columns: list[str] | None = list(known) if known else None
-    for _, data in items:
-        at = data.find(_METADATA_PREFIX)
-        while at >= 0:
-            if at == 0 or data[at - 1 : at] == b"\n":
-                end = data.find(b"\n", at)
-                (action,) = decode_commit(data[at : end if end >= 0 else len(data)])
-                assert isinstance(action, Metadata)
-                if columns is not None and list(action.partition_columns) != columns:
-                    return None
-                columns = list(action.partition_columns)
-            at = data.find(_METADATA_PREFIX, at + 1)
-    return columns or []
-
-
-def _decode_slow(items: Sequence[tuple[int, bytes]]) -> tuple[list[CommitHeader], FileActions]:
+def decode_per_line(items: Iterable[tuple[int, bytes]]) -> tuple[list[CommitHeader], FileActions]:
+    """What :func:`decode_file_actions` returns, through the exact per-line codec."""
     headers: list[CommitHeader] = []
     parts: list[FileActions] = []
     for version, data in items:
@@ -279,13 +268,8 @@ def _decode_slow(items: Sequence[tuple[int, bytes]]) -> tuple[list[CommitHeader]
             actions = decode_commit(data)
         except ActionDecodeError as exc:
             raise ActionDecodeError(str(exc), exc.line, version) from exc
-        parts.append(
-            FileActions.of(
-                version,
-                [a for a in actions if isinstance(a, AddFile)],
-                [a for a in actions if isinstance(a, RemoveFile)],
-            )
-        )
+        adds = [a for a in actions if isinstance(a, AddFile)]
+        parts.append(FileActions.of(version, adds, [a for a in actions if isinstance(a, RemoveFile)]))
         headers.append(
             CommitHeader(version, tuple(a for a in actions if not isinstance(a, AddFile | RemoveFile)))
         )

@@ -17,7 +17,7 @@ import time
 import uuid
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -25,7 +25,7 @@ import orjson
 from eventlog.errors import CorruptLogError, SlotStoreError
 from eventlog.log.actions import ENGINE_INFO, ActionDecodeError, CommitInfo, decode_commit
 from eventlog.log.audit import chain_commit, digest
-from eventlog.log.bulk import CommitHeader, decode_file_actions
+from eventlog.log.bulk import CHUNK_BYTES, DECODE_ERRORS, BulkDecoder, CommitHeader, decode_per_line
 from eventlog.log.commit import Commit
 from eventlog.log.filetable import FileActions
 from eventlog.log.storage import LogStore
@@ -41,7 +41,6 @@ from lockstore.registry import ENV_VAR, open_slot_store, release_slot_store
 logger = logging.getLogger("eventlog.log.commitlog")
 
 _COMMIT_CACHE_SIZE = 512
-_DIGEST_INLINE_BYTES = 1 << 20  # bigger commits are hashed when a writer first needs it
 # For slot stores that cannot tell whether a writer lives: how old a claim with a lost
 # staged file must be before it is repaired.
 REPAIR_GRACE_SECONDS = 300.0
@@ -341,45 +340,76 @@ class CommitLog:
     ) -> tuple[list[Commit | CommitHeader], FileActions]:
         """Commits ``first..last`` for a snapshot fold: each one's other actions, and all
         their add/remove actions as Arrow tables, decoded in bulk
-        (:func:`eventlog.log.bulk.decode_file_actions`; ``partition_columns``: the table's
-        before ``first``). Cached commits are reused; the others are not cached (a fold
-        may cover hundreds of thousands of actions)."""
-        events: list[Commit | CommitHeader] = []
-        parts: list[FileActions] = []
-        raw: list[tuple[int, bytes]] = []
+        (:class:`eventlog.log.bulk.BulkDecoder`; ``partition_columns``: the table's before
+        ``first``). Big commit files are read piece by piece, never whole. Cached commits
+        are reused; the others are not cached (a fold may cover hundreds of thousands of
+        actions)."""
+        decoder = BulkDecoder(partition_columns)
+        cached_parts: list[FileActions] = []
+        cached_events: list[Commit] = []
+        try:
+            for version in range(first, last + 1):
+                with self._lock:
+                    cached = self._commits.get(version)
+                if cached is not None:
+                    cached_events.append(cached)
+                    cached_parts.append(cached.file_actions)
+                    continue
+                decoder.commit(version, self._chunks(version, note_digest=version == last))
+            headers, files = decoder.finish()
+        except DECODE_ERRORS as exc:
+            if isinstance(exc, CorruptLogError):
+                raise
+            # Something the bulk path does not take: the exact per-line codec decides.
+            logger.debug("%s: bulk decoding fell back to the per-line codec: %s", self.uri, exc)
+            headers, files = self._decode_per_line(first, last, {c.version for c in cached_events})
+        events: list[Commit | CommitHeader] = [*headers, *cached_events]
+        events.sort(key=lambda e: e.version)
+        return events, FileActions.concat([files, *cached_parts])
+
+    def _chunks(self, version: int, *, note_digest: bool) -> Iterator[bytes]:
+        f = self.log.open_commit(version)
+        if f is None:
+            raise self._gap(version)
+        with f:
+            first = f.read(CHUNK_BYTES)
+            if len(first) < CHUNK_BYTES:  # the whole (small) commit
+                if note_digest:
+                    self._note_digest(version, first)  # what the next commit chains to
+                yield first
+                return
+            yield first
+            while chunk := f.read(CHUNK_BYTES):
+                yield chunk
+
+    def _decode_per_line(
+        self, first: int, last: int, skip: set[int]
+    ) -> tuple[list[CommitHeader], FileActions]:
+        raw = []
         for version in range(first, last + 1):
-            with self._lock:
-                cached = self._commits.get(version)
-            if cached is not None:
-                events.append(cached)
-                parts.append(cached.file_actions)
+            if version in skip:
                 continue
             data = self.log.read_commit(version)
             if data is None:
-                raise CorruptLogError(
-                    f"{self.uri}: the commit log has a gap: version {version} is missing",
-                    uri=self.uri,
-                    version=version,
-                )
+                raise self._gap(version)
             raw.append((version, data))
-        if raw:
-            try:
-                headers, files = decode_file_actions(raw, partition_columns)
-            except ActionDecodeError as exc:
-                version = exc.version if exc.version is not None else raw[0][0]
-                raise CorruptLogError(
-                    f"{self.uri}: corrupt commit {version} ({self.log.commit_path(version)}) {exc}",
-                    uri=self.uri,
-                    version=version,
-                    line=exc.line,
-                ) from exc
-            events.extend(headers)
-            parts.append(files)
-            last_version, last_data = raw[-1]
-            if len(last_data) <= _DIGEST_INLINE_BYTES:
-                self._note_digest(last_version, last_data)  # what the next commit chains to
-        events.sort(key=lambda e: e.version)
-        return events, FileActions.concat(parts)
+        try:
+            return decode_per_line(raw)
+        except ActionDecodeError as exc:
+            version = exc.version if exc.version is not None else first
+            raise CorruptLogError(
+                f"{self.uri}: corrupt commit {version} ({self.log.commit_path(version)}) {exc}",
+                uri=self.uri,
+                version=version,
+                line=exc.line,
+            ) from exc
+
+    def _gap(self, version: int) -> CorruptLogError:
+        return CorruptLogError(
+            f"{self.uri}: the commit log has a gap: version {version} is missing",
+            uri=self.uri,
+            version=version,
+        )
 
     def read_commit(self, version: int, *, required: bool) -> Commit | None:
         with self._lock:

@@ -16,7 +16,7 @@ import datetime as dt
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -121,6 +121,18 @@ class LogStore:
                     return f.read()
             data: bytes = self.fs.cat_file(path)
             return data
+        except FileNotFoundError:
+            return None
+
+    def open_commit(self, version: int) -> BinaryIO | None:
+        """``<version>.json`` opened for reading (big commits are read piece by piece), or
+        None when it is not published."""
+        path = self.commit_path(version)
+        try:
+            if self.is_local:
+                return open(path, "rb")
+            f: BinaryIO = self.fs.open(path, "rb")
+            return f
         except FileNotFoundError:
             return None
 

@@ -26,6 +26,15 @@ def fold_files(live: pa.Table, tombstones: pa.Table, actions: FileActions) -> tu
     if actions.is_empty:
         return live, tombstones
     adds, removes = actions.adds, actions.removes
+    if removes.num_rows == 0 and live.num_rows == 0 and tombstones.num_rows == 0:
+        # The first fold of a log without checkpoint: only duplicate adds can interact, and
+        # one version never adds a file twice (PROTOCOL.md), so one commit needs no check.
+        versions = actions.add_versions
+        if len(versions) == 0 or versions.min() == versions.max():
+            return compact(adds), tombstones
+        keys = _keys(adds)
+        if pc.count_distinct(keys).as_py() == len(keys):
+            return compact(adds), tombstones
     add_keys, remove_keys = _keys(adds), _keys(removes)
     keys = pa.concat_arrays([add_keys, remove_keys])
     # Newest wins; within one version an add outranks a remove (a valid commit has neither).
