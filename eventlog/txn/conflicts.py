@@ -37,12 +37,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyroaring import AbstractBitMap64
 
 from eventlog.errors import (
@@ -55,8 +56,8 @@ from eventlog.errors import (
     MetadataChangedException,
     ProtocolChangedException,
 )
-from eventlog.expr import Expr, Literal, evaluate_mask, may_match
-from eventlog.files.schema import partition_values_table, stats_table
+from eventlog.expr import Expr, Literal, evaluate_mask, may_match_mask
+from eventlog.files.pruning import file_stats, partition_table
 from eventlog.log.actions import (
     AddFile,
     CommitInfo,
@@ -67,6 +68,7 @@ from eventlog.log.actions import (
     SetTransaction,
 )
 from eventlog.log.commit import Commit
+from eventlog.log.filetable import STRING_MAP, add_files, adds_table
 from eventlog.snapshot.isolation import IsolationLevel
 from eventlog.snapshot.protocol import check_supported, removed_features
 from eventlog.txn import rowlevel
@@ -142,6 +144,8 @@ class WinningCommit:
     domains: tuple[DomainMetadata, ...]
     # DV bitmaps of this commit's adds that row-level resolution needs, loaded by the caller.
     dv_bitmaps: Mapping[str, AbstractBitMap64] = field(default_factory=dict)
+    # The commit these come from: its file actions as Arrow tables (``add_table``).
+    source: Commit | None = field(default=None, repr=False, compare=False)
 
     @staticmethod
     def of(commit: Commit, dv_bitmaps: Mapping[str, AbstractBitMap64] | None = None) -> WinningCommit:
@@ -179,7 +183,18 @@ class WinningCommit:
             app_ids=frozenset(app_ids),
             domains=tuple(domains),
             dv_bitmaps=dv_bitmaps or {},
+            source=commit,
         )
+
+    @functools.cached_property
+    def add_table(self) -> pa.Table:
+        """The adds as Arrow columns (:data:`~eventlog.log.filetable.ADD_SCHEMA`), in commit
+        order: the commit's file actions (built once per commit, and shared with the snapshot
+        fold that takes the commit in), or built from :attr:`adds`. What the file checks
+        evaluate predicates on, so a 10,000-file winner costs no Python value per file."""
+        if self.source is not None:
+            return self.source.file_actions.adds
+        return adds_table(self.adds)
 
     @functools.cached_property
     def removed_paths(self) -> frozenset[str]:
@@ -359,16 +374,16 @@ def _check_added_files(txn: TransactionSummary, winner: WinningCommit) -> None:
     if level is IsolationLevel.SNAPSHOT_ISOLATION or txn.is_blind_append:
         return
     if level is IsolationLevel.SERIALIZABLE or txn.metadata is not None:
-        candidates = winner.adds
+        checked = True
     else:
-        candidates = () if winner.is_blind_append else winner.adds
-    if not candidates:
+        checked = not winner.is_blind_append
+    if not checked or not winner.adds:
         return
     unpartitioned = txn.read_metadata is None or not txn.read_metadata.partition_columns
     if txn.read_set.whole_table or unpartitioned:
-        match: AddFile | None = candidates[0]
+        match: AddFile | None = winner.adds[0]
     else:
-        match = _first_matching(txn.read_set.partition_predicates, candidates, txn.partition_schema)
+        match = _first_matching(txn.read_set.partition_predicates, winner.add_table, txn.partition_schema)
     if match is not None:
         raise _conflict(
             ConcurrentAppendException,
@@ -379,32 +394,85 @@ def _check_added_files(txn: TransactionSummary, winner: WinningCommit) -> None:
 
 
 def _first_matching(
-    predicates: Sequence[Expr], candidates: Sequence[AddFile], partition_schema: pa.Schema
+    predicates: Sequence[Expr], candidates: pa.Table, partition_schema: pa.Schema
 ) -> AddFile | None:
+    """The first add (a row of ``candidates``, ``ADD_SCHEMA``) whose partition values
+    satisfy the first predicate any of them satisfies, as a value; None when none does."""
     if not predicates:
         return None
     if any(isinstance(p, Literal) and p.value is True for p in predicates):
-        return candidates[0]
-    # Evaluate each distinct partition once: a 1,000-file winner usually spans few.
+        return add_files(candidates.slice(0, 1))[0]
+    # Evaluate each distinct partition once (a 10,000-file winner usually spans few), in
+    # order of first appearance, so the first hit is also the first matching file.
     names = partition_schema.names
-    key_of = operator.itemgetter(*names)  # C-speed; Delta requires every partition key
-    distinct: dict[Any, AddFile] = {}
-    try:
-        for add in candidates:
-            distinct.setdefault(key_of(add.partition_values), add)
-    except KeyError:  # a writer that omitted a key: fall back to get (missing = null)
-        distinct = {}
-        for add in candidates:
-            distinct.setdefault(tuple(add.partition_values.get(n) for n in names), add)
-    keys = list(distinct)
-    rows = [dict(zip(names, k if len(names) > 1 else (k,), strict=True)) for k in keys]
-    table = partition_values_table(rows, partition_schema)
+    raw = _partition_strings(candidates.column("partitionValues"), names)
+    if len(raw) == 1:
+        distinct = [pc.unique(raw[0])]
+        first_rows = None  # looked up for the hit only
+    else:
+        keys = {f"k{i}": col for i, col in enumerate(raw)}
+        table = pa.table({**keys, "row": pa.array(np.arange(candidates.num_rows, dtype=np.int64))})
+        groups = table.group_by(list(keys), use_threads=False).aggregate([("row", "min")])
+        groups = groups.sort_by("row_min")
+        distinct = [groups.column(k).combine_chunks() for k in keys]
+        first_rows = groups.column("row_min").to_numpy()
+    partitions = partition_table(
+        pa.table({"partitionValues": _string_maps(names, distinct)}), partition_schema
+    )
     for pred in dict.fromkeys(predicates):  # de-duplicated, order kept
-        mask = evaluate_mask(pred, table).to_pylist()
-        for key, hit in zip(keys, mask, strict=True):
-            if hit:
-                return distinct[key]
+        hit = pc.index(evaluate_mask(pred, partitions), True).as_py()
+        if hit < 0:
+            continue
+        if first_rows is not None:
+            row = int(first_rows[hit])
+        else:
+            value = distinct[0][hit]
+            row = (
+                pc.index(raw[0], value).as_py()
+                if value.is_valid
+                else pc.index(raw[0].is_null(), True).as_py()
+            )
+        return add_files(candidates.slice(row, 1))[0]
     return None
+
+
+def _string_maps(names: Sequence[str], columns: Sequence[pa.Array]) -> pa.MapArray:
+    """A ``partitionValues`` column whose row i maps ``names[j]`` to ``columns[j][i]``."""
+    n, k = len(columns[0]), len(names)
+    offsets = pa.array(np.arange(0, n * k + 1, k, dtype=np.int32))
+    if k == 1:
+        items = columns[0]
+    else:  # row-major: entry j of row i is columns[j][i]
+        order = (np.arange(k)[None, :] * n + np.arange(n)[:, None]).ravel()
+        items = pa.concat_arrays(list(columns)).take(pa.array(order))
+    keys = pa.array(np.tile(np.array(names, dtype=object), n), pa.string())
+    return pa.MapArray.from_arrays(offsets, keys, items, type=STRING_MAP)
+
+
+def _partition_strings(values: pa.ChunkedArray, names: Sequence[str]) -> list[pa.Array]:
+    """The raw (string) value of each partition column in each row of a ``partitionValues``
+    map column; null where the key is missing."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()
+    arr = values
+    k, n = len(names), len(arr)
+    offsets = arr.offsets.to_numpy()
+    if n and arr.null_count == 0 and bool(np.all(np.diff(offsets) == k)):
+        # The usual layout (every writer's): each map holds the partition keys in schema
+        # order, so column j is every k-th entry from j. Checked, then taken without lookups.
+        start = int(offsets[0])
+        keys, items = arr.keys.slice(start, n * k), arr.items.slice(start, n * k)
+        out = []
+        for j, name in enumerate(names):
+            at = pa.array(np.arange(j, n * k, k, dtype=np.int64)) if k > 1 else None
+            key = keys if at is None else keys.take(at)
+            if not pc.all(pc.equal(key, name)).as_py():
+                break
+            out.append(items if at is None else items.take(at))
+        else:
+            return out
+    # "last": a map holds each key once, and Arrow's "first" lookup is many times slower.
+    return [pc.map_lookup(arr, pa.scalar(name), "last") for name in names]
 
 
 def _check_deleted_files_read(txn: TransactionSummary, winner: WinningCommit) -> None:
@@ -454,28 +522,27 @@ def _check_added_rows(txn: TransactionSummary, winner: WinningCommit, excluded: 
         return
     if level is not IsolationLevel.SERIALIZABLE and txn.metadata is None and winner.is_blind_append:
         return
-    removed = {r.path for r in winner.removes}
-    candidates = [
-        a
-        for a in winner.adds
-        if a.path not in excluded
-        and a.data_change
-        and not (a.path in removed and a.deletion_vector is not None)
-    ]
-    if not candidates:
+    if not winner.adds:
+        return
+    adds = winner.add_table
+    paths = adds.column("path")
+    keep = pc.fill_null(adds.column("dataChange"), True)
+    if excluded:
+        keep = pc.and_(keep, pc.invert(pc.is_in(paths, value_set=pa.array(list(excluded), pa.string()))))
+    if winner.removes:
+        removed = pa.array(list(winner.removed_paths), pa.string())
+        re_added = pc.and_(pc.is_in(paths, value_set=removed), pc.is_valid(adds.column("deletionVector")))
+        keep = pc.and_(keep, pc.invert(re_added))
+    candidates = adds.filter(keep)
+    if candidates.num_rows == 0:
         return
     preds = txn.read_set.predicates or txn.read_set.partition_predicates
     if txn.read_set.whole_table or any(isinstance(p, Literal) and p.value is True for p in preds):
-        match: AddFile | None = candidates[0]
+        matched = True
     else:
-        match = None
-        stats = stats_table([a.stats for a in candidates], txn.data_schema, len(candidates))
-        for pred in dict.fromkeys(preds):
-            hits = may_match(pred, stats)
-            match = next((a for a, hit in zip(candidates, hits, strict=True) if hit), None)
-            if match is not None:
-                break
-    if match is not None:
+        stats = file_stats(candidates, txn.data_schema)
+        matched = any(pc.any(may_match_mask(pred, stats)).as_py() for pred in dict.fromkeys(preds))
+    if matched:
         raise _conflict(ConcurrentAppendException, txn, winner)
 
 

@@ -112,10 +112,13 @@ def resolve(
     place so those checks raise the usual conflict.
     """
     removed = {r.path: r for r in winner_removes}
-    if not removed:
-        return state, frozenset()
+    mine = set(state.dv_updates) | {c.path for c in state.compaction}
+    if removed.keys().isdisjoint(mine):
+        return state, frozenset()  # the winner changed none of the files this one changes
     work = _Work(state, now)
-    added = {a.path: a for a in winner_adds}
+    # Only the winner's adds of files this transaction changes are looked up by path (a
+    # compaction winner's outputs are found by their tags, in _find_compaction).
+    added = {a.path: a for a in winner_adds if a.path in mine}
     touches_compaction = any(c.path in removed for c in state.compaction)
     if touches_compaction and not _resolve_compaction(work, added, removed, winner_bitmaps):
         return state, frozenset()
