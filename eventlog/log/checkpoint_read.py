@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -363,16 +364,49 @@ def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
 
 
 def _parquet_file(fs: fsspec.AbstractFileSystem, path: str) -> pq.ParquetFile:
-    if _is_local(fs):  # Arrow's own reader: no copy of the whole file into Python bytes
-        return pq.ParquetFile(fs._strip_protocol(path), memory_map=True)
+    if _is_local(fs):
+        # Arrow's own reader, streaming pages through a small buffer: neither the whole
+        # file nor a whole (possibly uncompressed, 300 MB) row group is held in memory.
+        return pq.ParquetFile(fs._strip_protocol(path), pre_buffer=False, buffer_size=1 << 20)
     return pq.ParquetFile(pa.BufferReader(fs.cat_file(path)))  # whole file: one GET
+
+
+# Row groups up to this many rows are read whole; larger ones (delta-rs writes a single
+# one) are streamed in batches of this size, which bounds the decoding memory.
+_BATCH_ROWS = 131_072
+# Valid rows in at most this many runs are kept as zero-copy slices, else filtered.
+_MAX_RUNS = 16
+
+
+def _valid_rows(arr: pa.StructArray) -> list[pa.StructArray]:
+    """The valid rows of ``arr``: slices of it when they form a few runs (actions of one
+    kind are written in blocks), else a filtered copy."""
+    if arr.null_count == 0:
+        return [arr]
+    if arr.null_count == len(arr):
+        return []
+    valid = arr.is_valid().to_numpy(zero_copy_only=False).view(np.int8)
+    edges = np.flatnonzero(np.diff(valid, prepend=0, append=0))
+    starts, stops = edges[0::2], edges[1::2]
+    if len(starts) > _MAX_RUNS:
+        return [arr.filter(arr.is_valid())]
+    return [arr.slice(int(a), int(b - a)) for a, b in zip(starts, stops, strict=True)]
+
+
+def _batches(pf: pq.ParquetFile, columns: list[str]) -> Iterator[pa.RecordBatch | pa.Table]:
+    for i in range(pf.metadata.num_row_groups):
+        if pf.metadata.row_group(i).num_rows <= 2 * _BATCH_ROWS:
+            yield pf.read_row_group(i, columns=columns)
+        else:
+            yield from pf.iter_batches(batch_size=_BATCH_ROWS, row_groups=[i], columns=columns)
 
 
 def _read_parquet(fs: fsspec.AbstractFileSystem, path: str, out: _Actions, kinds: Iterable[str]) -> None:
     """Gather the actions of column ``kinds`` in the Parquet file at ``path``.
 
-    Row group by row group, so that groups holding only one kind of action (as ours do)
-    are kept without copying; mixed groups are filtered.
+    Group by group (or batch by batch in large groups); the valid rows of each action
+    column are kept as slices where they are contiguous, so nothing is copied for files
+    that write each kind in blocks (ours, delta-rs's).
     """
     pf = _parquet_file(fs, path)
     selected = _selected_columns(pf.schema_arrow, kinds)
@@ -380,13 +414,11 @@ def _read_parquet(fs: fsspec.AbstractFileSystem, path: str, out: _Actions, kinds
         return
     columns = [p for paths in selected.values() for p in paths]
     chunks: dict[str, list[pa.StructArray]] = {kind: [] for kind in selected}
-    for i in range(pf.metadata.num_row_groups):
-        group = pf.read_row_group(i, columns=columns)
+    for batch in _batches(pf, columns):
         for kind in selected:
-            for arr in group.column(kind).chunks:
-                if arr.null_count == len(arr):
-                    continue
-                chunks[kind].append(arr if arr.null_count == 0 else arr.filter(arr.is_valid()))
+            column = batch.column(kind)
+            for arr in column.chunks if isinstance(column, pa.ChunkedArray) else [column]:
+                chunks[kind] += _valid_rows(arr)
     for kind, arrays in chunks.items():
         if kind in _FILE_KINDS:
             (out.adds if kind == "add" else out.removes).append(_file_table(arrays, kind))
