@@ -702,3 +702,71 @@ def test_v2_checkpoint_is_a_reader_feature_only() -> None:
 
     assert reader_missing(V2_PROTOCOL) == []
     assert writer_missing(V2_PROTOCOL) == ["v2Checkpoint"]
+
+
+# --------------------------------------------------------------------------- row layouts
+
+
+@pytest.mark.parametrize("order", ["blocks", "interleaved"])
+def test_large_row_groups_are_streamed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, order: str) -> None:
+    """A foreign file with one big row group (as delta-rs writes) is read in batches; rows
+    of one kind in a few runs are kept as slices, interleaved ones filtered."""
+    import eventlog.log.checkpoint_read as reader
+
+    monkeypatch.setattr(reader, "_BATCH_ROWS", 16)
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+    tombstones = [a.remove(1_700_000_000_000 + i) for i, a in enumerate(many_adds(50, offset=1000))]
+    state = dataclasses.replace(full_state(), adds=many_adds(200), removes=tombstones)
+    rows = _our_rows(tmp_path, state)
+    if order == "interleaved":
+        rows = rows.take(pa.array(np.random.default_rng(7).permutation(rows.num_rows)))
+    pq.write_table(rows, log / _name(V, "parquet"), row_group_size=1_000_000)
+    assert pq.ParquetFile(log / _name(V, "parquet")).metadata.num_row_groups == 1
+    got = read_checkpoint(fsspec.filesystem("file"), str(log), V)
+    assert got.add_table.num_rows == 200
+    assert got.add_table.sort_by("path").equals(state.add_table.sort_by("path"))
+    assert got.remove_table.sort_by("path").equals(state.remove_table.sort_by("path"))
+    assert (got.protocol, got.metadata) == (state.protocol, state.metadata)
+
+
+def test_every_kind_reads_from_an_object_store(tmp_path: Path) -> None:
+    """The same multi-part and V2 checkpoints, served by fsspec's memory file system."""
+    local = tmp_path / "_delta_log"
+    local.mkdir()
+    (tmp_path / "scratch").mkdir()
+    _write_multipart(tmp_path / "scratch", local, rich_state(3), parts=2)
+    state = _v2_state(5)
+    rows = _our_rows(tmp_path / "scratch", state)
+    sidecars = _write_sidecars(local, rows, 2)
+    _write_json_lines(
+        local / _name(5, f"{UUID_A}.json"), [*_v2_header(rows, 5), *map(_sidecar_action, sidecars)]
+    )
+    fs = fsspec.filesystem("memory")
+    root = f"/formats-{uuid.uuid4().hex}/_delta_log"
+    try:
+        for path in local.rglob("*.*"):
+            fs.pipe_file(f"{root}/{path.relative_to(local)}", path.read_bytes())
+        assert find_latest_checkpoint(fs, root) == 5
+        assert find_latest_checkpoint(fs, root, at_or_before=4) == 3
+        _assert_same_state(read_checkpoint(fs, root, 5), state)
+        assert sorted(read_checkpoint(fs, root, 3).adds, key=lambda a: a.path) == sorted(
+            rich_state(3).adds, key=lambda a: a.path
+        )
+    finally:
+        fs.rm(root.rpartition("/")[0], recursive=True)
+
+
+def test_valid_rows_are_slices_unless_scattered() -> None:
+    from eventlog.log.checkpoint_read import _MAX_RUNS, _valid_rows
+
+    typ = pa.struct([("x", pa.int64())])
+    blocks = pa.array([None, {"x": 1}, {"x": 2}, None, {"x": 3}, None], typ)
+    parts = _valid_rows(blocks)
+    assert [p.to_pylist() for p in parts] == [[{"x": 1}, {"x": 2}], [{"x": 3}]]
+    assert [p.offset for p in parts] == [1, 4]  # zero-copy views of the read batch
+    scattered = pa.array([{"x": i} if i % 2 else None for i in range(4 * _MAX_RUNS)], typ)
+    (copy,) = _valid_rows(scattered)
+    assert copy.offset == 0 and copy.null_count == 0 and len(copy) == 2 * _MAX_RUNS
+    assert _valid_rows(pa.nulls(3, typ)) == []
+    assert _valid_rows(blocks.slice(1, 2))[0].to_pylist() == [{"x": 1}, {"x": 2}]
