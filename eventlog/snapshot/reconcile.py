@@ -32,8 +32,7 @@ def fold_files(live: pa.Table, tombstones: pa.Table, actions: FileActions) -> tu
         versions = actions.add_versions
         if len(versions) == 0 or versions.min() == versions.max():
             return compact(adds), tombstones
-        keys = _keys(adds)
-        if pc.count_distinct(keys).as_py() == len(keys):
+        if _first_of_runs(file_keys(adds)) is None:
             return compact(adds), tombstones
     add_keys, remove_keys = _keys(adds), _keys(removes)
     keys = pa.concat_arrays([add_keys, remove_keys])
@@ -81,18 +80,34 @@ def _keys(table: pa.Table) -> pa.Array:
 
 def _newest_per_key(keys: pa.Array, rank: np.ndarray) -> np.ndarray | None:
     """Row numbers of the newest action per key, or None when every key is distinct."""
-    if len(keys) < 2 or pc.count_distinct(keys).as_py() == len(keys):
+    if _first_of_runs(keys) is None:
         return None
     order = pc.sort_indices(
         pa.table({"k": keys, "r": pa.array(rank)}), sort_keys=[("k", "ascending"), ("r", "descending")]
     )
-    sorted_keys = keys.take(order)
-    first = np.ones(len(keys), dtype=bool)
-    if len(keys) > 1:
-        same = pc.equal(sorted_keys.slice(1), sorted_keys.slice(0, len(keys) - 1))
-        first[1:] = ~same.to_numpy(zero_copy_only=False)
+    first = _first_of_runs(keys, order)
+    assert first is not None
     winners: np.ndarray = order.to_numpy()[first]
     return np.sort(winners)
+
+
+def _first_of_runs(keys: pa.Array | pa.ChunkedArray, order: pa.Array | None = None) -> np.ndarray | None:
+    """For ``keys`` taken in ``order`` (default: sorted), a mask of each key's first row;
+    None when no key repeats. Sorting, not hashing: Arrow's hash kernels hold a copy of
+    every distinct string, several times the size of the keys."""
+    n = len(keys)
+    if n < 2:
+        return None
+    if order is None:
+        order = pc.sort_indices(keys)
+    ordered = keys.take(order)
+    ordered = ordered.combine_chunks() if isinstance(ordered, pa.ChunkedArray) else ordered
+    same = pc.equal(ordered.slice(1), ordered.slice(0, n - 1))
+    if not pc.any(same).as_py():
+        return None
+    first = np.ones(n, dtype=bool)
+    first[1:] = ~same.to_numpy(zero_copy_only=False)
+    return first
 
 
 def _drop(table: pa.Table, paths: pa.Array, keys: pa.Array) -> pa.Table:
