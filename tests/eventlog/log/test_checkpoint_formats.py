@@ -39,7 +39,7 @@ from eventlog.log.checkpoint import (
     write_checkpoint,
 )
 from eventlog.log.filetable import ADD_SCHEMA, REMOVE_SCHEMA, add_files, adds_table
-from tests.eventlog.log.test_checkpoint import assert_states_equal, full_state
+from tests.eventlog.log.test_checkpoint import SCHEMA_STRING, assert_states_equal, full_state
 
 deltalake = pytest.importorskip("deltalake")
 
@@ -770,3 +770,46 @@ def test_valid_rows_are_slices_unless_scattered() -> None:
     assert copy.offset == 0 and copy.null_count == 0 and len(copy) == 2 * _MAX_RUNS
     assert _valid_rows(pa.nulls(3, typ)) == []
     assert _valid_rows(blocks.slice(1, 2))[0].to_pylist() == [{"x": 1}, {"x": 2}]
+
+
+def test_foreign_field_types_are_conformed(tmp_path: Path) -> None:
+    """int64 DV sizes/offsets, a DV without ``offset``, maps with other entry names, nullable
+    everything and extra fields, as other writers may produce them."""
+    s, i64 = pa.string(), pa.int64()
+    dv_type = pa.struct(
+        [("storageType", s), ("pathOrInlineDv", s), ("sizeInBytes", i64), ("cardinality", i64)]
+    )
+    rm_dv_type = pa.struct([("storageType", s), ("pathOrInlineDv", s), ("offset", i64), ("sizeInBytes", i64),
+                            ("cardinality", i64)])  # fmt: skip
+    pv = pa.map_(pa.field("k", s, False), pa.field("v", s))
+    schema = pa.schema([
+        ("protocol", pa.struct([("minReaderVersion", pa.int32()), ("minWriterVersion", pa.int32())])),
+        ("metaData", pa.struct([("id", s), ("schemaString", s)])),
+        ("add", pa.struct([("path", s), ("partitionValues", pv), ("size", i64), ("modificationTime", i64),
+                           ("deletionVector", dv_type), ("clusteringProvider", s)])),
+        ("remove", pa.struct([("path", s), ("deletionVector", rm_dv_type), ("partitionValues", pv)])),
+    ])  # fmt: skip
+    rows = [
+        {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7}},
+        {"metaData": {"id": "m", "schemaString": SCHEMA_STRING}},
+        {"add": {"path": "a", "partitionValues": [("d", "1")], "size": 1, "modificationTime": 2,
+                 "deletionVector": {"storageType": "i", "pathOrInlineDv": "xyz", "sizeInBytes": 3,
+                                    "cardinality": 4}}},
+        {"add": {"path": "b", "partitionValues": [], "size": 5, "modificationTime": 6,
+                 "clusteringProvider": "c"}},
+        {"remove": {"path": "a", "deletionVector": {"storageType": "u", "pathOrInlineDv": "p", "offset": 7,
+                                                   "sizeInBytes": 8, "cardinality": 9}}},
+    ]  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp_path / _name(3, "parquet"))
+    got = read_checkpoint(fsspec.filesystem("file"), str(tmp_path), 3)
+    assert got.add_table.schema == ADD_SCHEMA and got.remove_table.schema == REMOVE_SCHEMA
+    assert list(got.adds) == [
+        AddFile("a", {"d": "1"}, 1, 2, deletion_vector=DeletionVectorDescriptor("i", "xyz", 3, 4)),
+        AddFile("b", {}, 5, 6),
+    ]
+    assert list(got.removes) == [RemoveFile("a", deletion_vector=DeletionVectorDescriptor("u", "p", 8, 9, 7))]
+    # and written back in our layout, it reads the same
+    write_checkpoint(fsspec.filesystem("file"), str(tmp_path), dataclasses.replace(got, version=4))
+    again = read_checkpoint(fsspec.filesystem("file"), str(tmp_path), 4)
+    assert again.add_table.equals(got.add_table.set_column(4, "dataChange", pa.chunked_array([[True, True]])))
+    assert list(again.removes) == list(got.removes)
