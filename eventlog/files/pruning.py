@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -36,17 +37,42 @@ def data_schema(schema: pa.Schema, partition_columns: Sequence[str]) -> pa.Schem
 
 def partition_table(files: pa.Table, partition_schema: pa.Schema) -> pa.Table:
     """Typed partition values of ``files`` (add rows), one row each (missing key or "" = null)."""
-    values = files.column("partitionValues")
+    names = partition_schema.names
+    chunks = [_partition_strings(chunk, names) for chunk in files.column("partitionValues").chunks]
     columns = []
-    for f in partition_schema:
+    for i, f in enumerate(partition_schema):
         if files.num_rows == 0:
             columns.append(pa.array([], f.type))
             continue
-        raw = pc.map_lookup(values, pa.scalar(f.name), "first")
-        raw = raw.combine_chunks() if isinstance(raw, pa.ChunkedArray) else raw
+        raw = pa.concat_arrays([c[i] for c in chunks]) if len(chunks) > 1 else chunks[0][i]
         raw = pc.if_else(pc.equal(raw, ""), pa.scalar(None, pa.string()), raw)
         columns.append(_cast_strings(raw, f.type, functools.partial(_decode_as, f.type)))
     return pa.Table.from_arrays(columns, schema=pa.schema([f.with_nullable(True) for f in partition_schema]))
+
+
+def _partition_strings(maps: pa.MapArray, names: Sequence[str]) -> list[pa.Array]:
+    """The string value of each partition column in each map of ``maps``.
+
+    Writers give every file the same keys in the same order, so the common case is read
+    straight from the map's flat items (a slice, or a strided take); other layouts go
+    through Arrow's per-row key lookup.
+    """
+    n, k = len(maps), len(names)
+    if n and k and maps.null_count == 0:
+        offsets = maps.offsets.to_numpy()
+        start = int(offsets[0])
+        if int(offsets[-1]) - start == n * k and bool((np.diff(offsets) == k).all()):
+            keys, items = maps.keys, maps.items  # the whole child arrays, from offset 0
+            out = []
+            for j, name in enumerate(names):
+                index = None if k == 1 else pa.array(np.arange(start + j, start + n * k, k))
+                key = keys.slice(start, n) if index is None else keys.take(index)
+                if not pc.all(pc.equal(key, name)).as_py():
+                    break
+                out.append(items.slice(start, n) if index is None else items.take(index))
+            else:
+                return out
+    return [pc.map_lookup(maps, pa.scalar(name), "first") for name in names]
 
 
 def _decode_as(t: pa.DataType, value: str) -> object:
