@@ -7,7 +7,8 @@ one row per action, the top-level nullable struct columns ``txn``, ``add``, ``re
 JSON pointer to the newest one. Field names, types and nullability match what delta-rs
 (delta-kernel) writes, so delta-rs and Delta Spark open tables whose early JSON commits
 were deleted and only our checkpoint remains. It reads every kind (classic, multi-part,
-V2 with sidecars): see :mod:`eventlog.log.checkpoint_read`.
+V2 with sidecars): see :mod:`eventlog.log.checkpoint_read` and
+:mod:`eventlog.log.checkpoint_locate`.
 
 Per the protocol the checkpoint never holds ``commitInfo``/``cdc``, ``remove`` carries no
 ``stats``/``tags``, and domain metadata tombstones (``removed=true``) are left out.
@@ -33,18 +34,18 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from eventlog.log.actions import Metadata, Protocol
-from eventlog.log.checkpoint_read import (
+from eventlog.log.checkpoint_locate import (
     CHAIN_HEAD_KEY,
     CheckpointFiles,
     LastCheckpoint,
-    _is_local,
     find_latest_checkpoint,
+    is_local,
     list_checkpoints,
     read_chain_head,
-    read_checkpoint,
     read_last_checkpoint,
     read_last_checkpoint_info,
 )
+from eventlog.log.checkpoint_read import read_checkpoint
 from eventlog.log.checkpoint_state import (
     CHECKPOINT_SCHEMA,
     DOMAIN_STRUCT,
@@ -268,7 +269,7 @@ def _publish(fs: fsspec.AbstractFileSystem, path: str, write: Callable[[Any], No
     file system write a hidden temp file next to the target and rename it over; the
     leading dot keeps Delta readers from treating a leftover temp as a log file.
     """
-    if not _is_local(fs):
+    if not is_local(fs):
         sink = pa.BufferOutputStream()
         write(sink)
         data = sink.getvalue()

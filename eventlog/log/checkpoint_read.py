@@ -1,6 +1,7 @@
-"""Finding and reading checkpoints of every kind the Delta protocol defines.
+"""Reading checkpoints of every kind the Delta protocol defines.
 
-PROTOCOL.md "Checkpoints" names three kinds, all read here:
+PROTOCOL.md "Checkpoints" names three kinds, all read here (found by
+:mod:`eventlog.log.checkpoint_locate`):
 
 * classic: ``<v>.checkpoint.parquet`` (V1 spec, or V2 spec with ``checkpointMetadata`` and
   ``sidecar`` rows);
@@ -19,7 +20,6 @@ actions inlined in a JSON V2 checkpoint, rare, go through Python objects.)
 
 from __future__ import annotations
 
-import re
 import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -41,187 +41,24 @@ from eventlog.log.actions import (
     RemoveFile,
     SetTransaction,
 )
+from eventlog.log.checkpoint_locate import (
+    CheckpointFiles,
+    LastCheckpoint,
+    is_local,
+    list_checkpoints,
+    list_log,
+)
 from eventlog.log.checkpoint_state import (
     CHECKPOINT_METADATA_STRUCT,
     CHECKPOINT_SCHEMA,
-    LAST_CHECKPOINT,
     SIDECAR_STRUCT,
     CheckpointState,
-    checkpoint_path,
 )
 from eventlog.log.filetable import ADD_SCHEMA, REMOVE_SCHEMA, adds_table, conform, removes_table
 
-__all__ = [
-    "CHAIN_HEAD_KEY",
-    "CheckpointFiles",
-    "LastCheckpoint",
-    "find_latest_checkpoint",
-    "list_checkpoints",
-    "read_chain_head",
-    "read_checkpoint",
-    "read_last_checkpoint",
-    "read_last_checkpoint_info",
-]
+__all__ = ["read_checkpoint"]
 
-CHAIN_HEAD_KEY = b"eventlog.chainHead"
 SIDECARS = "_sidecars"
-
-_CLASSIC_RE = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
-_MULTIPART_RE = re.compile(r"^(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet$")
-_UUID_RE = re.compile(
-    r"^(\d{20})\.checkpoint\.([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"
-    r"\.(json|parquet)$"
-)
-_KIND_ORDER = {"classic": 0, "v2": 1, "multipart": 2}  # preference at one version
-
-# --------------------------------------------------------------------------- locate
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointFiles:
-    """One complete checkpoint: its version, kind and file names in the log directory
-    (``kind`` is ``"classic"``, ``"multipart"`` (parts in order) or ``"v2"``)."""
-
-    version: int
-    kind: str
-    names: tuple[str, ...]
-
-
-def _name(entry: str) -> str:
-    return entry.rstrip("/").rpartition("/")[2]
-
-
-def list_checkpoints(listing: Iterable[str]) -> list[CheckpointFiles]:
-    """Every complete checkpoint in a log directory listing (names or paths), newest first;
-    at one version a classic checkpoint comes first, then UUID-named V2 ones, then
-    multi-part sets. Multi-part sets with a part missing are left out."""
-    found: list[CheckpointFiles] = []
-    parts: dict[tuple[int, int], dict[int, str]] = {}
-    for entry in listing:
-        if ".checkpoint." not in entry:  # a cheap filter before the regexes
-            continue
-        name = _name(entry)
-        if m := _CLASSIC_RE.match(name):
-            found.append(CheckpointFiles(int(m.group(1)), "classic", (name,)))
-        elif m := _UUID_RE.match(name):
-            found.append(CheckpointFiles(int(m.group(1)), "v2", (name,)))
-        elif m := _MULTIPART_RE.match(name):
-            part, of = int(m.group(2)), int(m.group(3))
-            if 1 <= part <= of:
-                parts.setdefault((int(m.group(1)), of), {})[part] = name
-    for (version, of), names in parts.items():
-        if len(names) == of:
-            found.append(CheckpointFiles(version, "multipart", tuple(names[i] for i in range(1, of + 1))))
-    found.sort(key=lambda c: (-c.version, _KIND_ORDER[c.kind], c.names))
-    return found
-
-
-def _list_log(fs: fsspec.AbstractFileSystem, log_dir: str) -> list[str]:
-    return [str(p) for p in fs.ls(log_dir, detail=False)]
-
-
-def find_latest_checkpoint(
-    fs: fsspec.AbstractFileSystem,
-    log_dir: str,
-    at_or_before: int | None = None,
-    listing: Sequence[str] | None = None,
-) -> int | None:
-    """Version of the newest complete checkpoint of any kind ``<= at_or_before`` (any if
-    None). ``listing`` is the log directory's file names (or paths); without it,
-    ``log_dir`` is listed. Read it with :func:`read_checkpoint` (pass the same listing)."""
-    if listing is None:
-        try:
-            listing = _list_log(fs, log_dir)
-        except FileNotFoundError:
-            return None
-    for cp in list_checkpoints(listing):
-        if at_or_before is None or cp.version <= at_or_before:
-            return cp.version
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class LastCheckpoint:
-    """The fields of ``_delta_log/_last_checkpoint`` (PROTOCOL.md "Last Checkpoint File";
-    ``v2_checkpoint`` is the file name of a UUID-named V2 checkpoint, as Delta Spark
-    records it under ``v2Checkpoint.path``)."""
-
-    version: int
-    size: int | None = None
-    parts: int | None = None
-    size_in_bytes: int | None = None
-    num_of_add_files: int | None = None
-    v2_checkpoint: str | None = None
-
-    def files(self) -> CheckpointFiles:
-        """The files of the checkpoint this pointer names: openable without listing."""
-        v = f"{self.version:020d}"
-        if self.v2_checkpoint is not None:
-            return CheckpointFiles(self.version, "v2", (self.v2_checkpoint,))
-        if self.parts is not None:
-            names = tuple(
-                f"{v}.checkpoint.{i:010d}.{self.parts:010d}.parquet" for i in range(1, self.parts + 1)
-            )
-            return CheckpointFiles(self.version, "multipart", names)
-        return CheckpointFiles(self.version, "classic", (f"{v}.checkpoint.parquet",))
-
-
-def _opt_int(d: dict[str, Any], key: str, minimum: int) -> int | None:
-    value = d.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        return None
-    return value
-
-
-def read_last_checkpoint_info(fs: fsspec.AbstractFileSystem, log_dir: str) -> LastCheckpoint | None:
-    """The parsed ``_last_checkpoint``; None if it is absent or unreadable.
-
-    A torn or corrupt pointer is only an optimisation lost: callers fall back to listing.
-    Optional fields of the wrong type are dropped; a ``v2Checkpoint`` whose path is not a
-    UUID-named checkpoint of that version is ignored.
-    """
-    try:
-        d = orjson.loads(fs.cat_file(f"{log_dir.rstrip('/')}/{LAST_CHECKPOINT}"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(d, dict):
-        return None
-    version = _opt_int(d, "version", 0)
-    if version is None:
-        return None
-    v2: str | None = None
-    v2_info = d.get("v2Checkpoint")
-    if isinstance(v2_info, dict) and isinstance(v2_info.get("path"), str):
-        name = _name(v2_info["path"])
-        m = _UUID_RE.match(name)
-        v2 = name if m is not None and int(m.group(1)) == version else None
-    return LastCheckpoint(
-        version=version,
-        size=_opt_int(d, "size", -1),
-        parts=_opt_int(d, "parts", 1),
-        size_in_bytes=_opt_int(d, "sizeInBytes", 0),
-        num_of_add_files=_opt_int(d, "numOfAddFiles", 0),
-        v2_checkpoint=v2,
-    )
-
-
-def read_last_checkpoint(fs: fsspec.AbstractFileSystem, log_dir: str) -> int | None:
-    """Version named by ``_last_checkpoint``; None if it is absent or unreadable."""
-    info = read_last_checkpoint_info(fs, log_dir)
-    return None if info is None else info.version
-
-
-def read_chain_head(fs: fsspec.AbstractFileSystem, log_dir: str, version: int) -> str | None:
-    """The chain head a single-file checkpoint at ``version`` carries (footer only), or None."""
-    path = checkpoint_path(log_dir, version)
-    try:
-        with fs.open(path, "rb") as f:
-            metadata = pq.read_schema(f).metadata or {}
-    except FileNotFoundError:
-        return None
-    value = metadata.get(CHAIN_HEAD_KEY)
-    return value.decode() if value is not None else None
-
 
 # --------------------------------------------------------------------------- decode
 
@@ -358,13 +195,8 @@ def _selected_columns(file_schema: pa.Schema, kinds: Iterable[str]) -> dict[str,
     return selected
 
 
-def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
-    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
-    return bool({"file", "local"} & set(protocols))
-
-
 def _parquet_file(fs: fsspec.AbstractFileSystem, path: str) -> pq.ParquetFile:
-    if _is_local(fs):
+    if is_local(fs):
         # Arrow's own reader, streaming pages through a small buffer: neither the whole
         # file nor a whole (possibly uncompressed, 300 MB) row group is held in memory.
         return pq.ParquetFile(fs._strip_protocol(path), pre_buffer=False, buffer_size=1 << 20)
@@ -556,12 +388,12 @@ def read_checkpoint(
             if cp.version == version:
                 return _read_files(fs, log_dir, cp)
         raise FileNotFoundError(f"no complete checkpoint at version {version} in {log_dir}")
-    classic = CheckpointFiles(version, "classic", (_name(checkpoint_path(log_dir, version)),))
+    classic = LastCheckpoint(version).files()
     try:
         return _read_files(fs, log_dir, classic)
     except FileNotFoundError as missing:
         try:
-            names = _list_log(fs, log_dir)
+            names = list_log(fs, log_dir)
         except FileNotFoundError:
             raise missing from None
         others = [cp for cp in list_checkpoints(names) if cp.version == version and cp.kind != "classic"]
