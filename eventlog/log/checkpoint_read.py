@@ -165,9 +165,8 @@ def _file_table(chunks: list[pa.StructArray], kind: str) -> pa.Table:
         names = [arr.type.field(i).name for i in range(arr.type.num_fields)]
         tables.append(conform(pa.Table.from_arrays(arr.flatten(), names=names), schema))
     table = pa.concat_tables(tables) if tables else schema.empty_table()
-    for name in _REQUIRED[kind]:
-        present = any(arr.type.get_field_index(name) >= 0 for arr in chunks)
-        if table.num_rows and (not present or table.column(name).null_count):
+    for name in _REQUIRED[kind]:  # a field the file lacks was conformed to nulls
+        if table.column(name).null_count:
             raise ValueError(f"{kind}.{name} is missing or null in a {kind} row")
     return table
 
@@ -384,19 +383,31 @@ def read_checkpoint(
     if last is not None and last.version == version:
         return _read_files(fs, log_dir, last.files())
     if listing is not None:
-        for cp in list_checkpoints(listing):
-            if cp.version == version:
-                return _read_files(fs, log_dir, cp)
-        raise FileNotFoundError(f"no complete checkpoint at version {version} in {log_dir}")
+        found = [cp for cp in list_checkpoints(listing) if cp.version == version]
+        if not found:
+            raise FileNotFoundError(f"no complete checkpoint at version {version} in {log_dir}")
+        return _read_first(fs, log_dir, found)
     classic = LastCheckpoint(version).files()
     try:
         return _read_files(fs, log_dir, classic)
-    except FileNotFoundError as missing:
+    except (FileNotFoundError, CorruptLogError) as exc:
         try:
             names = list_log(fs, log_dir)
         except FileNotFoundError:
-            raise missing from None
-        others = [cp for cp in list_checkpoints(names) if cp.version == version and cp.kind != "classic"]
+            raise exc from None
+        others = [cp for cp in list_checkpoints(names) if cp.version == version and cp != classic]
         if not others:
             raise
-    return _read_files(fs, log_dir, others[0])
+    return _read_first(fs, log_dir, others)
+
+
+def _read_first(fs: fsspec.AbstractFileSystem, log_dir: str, found: list[CheckpointFiles]) -> CheckpointState:
+    """The first of several checkpoints of one version that reads (racing writers may
+    leave, say, a torn multi-part set next to a good V2 one); else the first one's error."""
+    errors: list[CorruptLogError | FileNotFoundError] = []
+    for cp in found:
+        try:
+            return _read_files(fs, log_dir, cp)
+        except (CorruptLogError, FileNotFoundError) as exc:
+            errors.append(exc)
+    raise errors[0]

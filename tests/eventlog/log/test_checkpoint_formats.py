@@ -813,3 +813,27 @@ def test_foreign_field_types_are_conformed(tmp_path: Path) -> None:
     again = read_checkpoint(fsspec.filesystem("file"), str(tmp_path), 4)
     assert again.add_table.equals(got.add_table.set_column(4, "dataChange", pa.chunked_array([[True, True]])))
     assert list(again.removes) == list(got.removes)
+
+
+def test_another_kind_at_the_same_version_stands_in_for_a_bad_one(tmp_path: Path) -> None:
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+    state = _v2_state()
+    rows = _our_rows(tmp_path, state)
+    sidecars = _write_sidecars(log, rows, 2)
+    _write_json_lines(
+        log / _name(V, f"{UUID_A}.json"), [*_v2_header(rows, V), *map(_sidecar_action, sidecars)]
+    )
+    classic = log / _name(V, "parquet")
+    classic.write_bytes(b"PAR1 torn by a crashed writer")
+    fs, log_dir = fsspec.filesystem("file"), str(log)
+    names = os.listdir(log)
+    assert [cp.kind for cp in list_checkpoints(names)] == ["classic", "v2"]
+    _assert_same_state(read_checkpoint(fs, log_dir, V), state)  # classic corrupt: listed
+    _assert_same_state(read_checkpoint(fs, log_dir, V, listing=names), state)
+    with pytest.raises(CorruptLogError) as info:  # named directly: no stand-in
+        read_checkpoint(fs, log_dir, V, last=LastCheckpoint(V))
+    assert info.value.uri == str(classic)
+    os.remove(log / _name(V, f"{UUID_A}.json"))
+    with pytest.raises(CorruptLogError):  # nothing else at that version: the first error
+        read_checkpoint(fs, log_dir, V, listing=os.listdir(log))
