@@ -5,7 +5,7 @@ so concurrent row deletes survive it."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -18,8 +18,10 @@ from eventlog.errors import (
     UnknownColumnError,
 )
 from eventlog.files.datafiles import write_data_files
+from eventlog.files.pruning import prune_table
 from eventlog.files.scan import read_file_positions
 from eventlog.log.actions import AddFile
+from eventlog.log.filetable import add_files
 from eventlog.ops.common import table_target_size, write_rows
 from eventlog.ops.rows import read_rows
 from eventlog.txn.plan import Plan, PlanBuilder
@@ -74,30 +76,71 @@ def optimize(
     zorder, pred = begin_optimize(plan, zorder_by, partition_filter)
     parts = plan.metadata.partition_columns
     target = target_size or table_target_size(plan)
-    files = plan.scan(pred)
-    groups: dict[tuple[tuple[str, str | None], ...], list[AddFile]] = {}
-    for f in files:
-        groups.setdefault(tuple(sorted(f.partition_values.items())), []).append(f)
+    scanned = _scan(plan, pred)
+    if scanned is None:  # no snapshot yet: nothing to compact
+        plan.add_metrics(numRemovedFiles=0, numAddedFiles=0)
+        return plan.build()
+    part_pred, files = scanned
+    bins = bin_rows(files, parts, target, rewrite_all=bool(zorder))
     removed = added = 0
     # On row-level-concurrency tables a plain compaction records where each source's rows
     # went, so concurrent DV deletes on its inputs can be carried over instead of failing
     # it; a Z-order permutes rows and keeps the file-level rules ("can conflict only when
     # ZORDER BY is used").
     mapped = not zorder and plan.deletion_vectors_enabled and not parts
-    for group in groups.values():
-        for bin_ in plan_bins(group, target, rewrite_all=bool(zorder)):
-            plan.remove_files(bin_, data_change=False)
-            removed += len(bin_)
-            if mapped:
-                _compact_mapped(plan, bin_)
-                added += 1
-                continue
-            rows = read_rows(plan, bin_)
-            if zorder:
-                rows = rows.take(zorder_permutation(rows, zorder))
-            added += len(write_rows(plan, rows, data_change=False))
+    for bin_ in _bin_files(files, bins):
+        plan.remove_files(bin_, data_change=False)
+        removed += len(bin_)
+        if mapped:
+            _compact_mapped(plan, bin_)
+            added += 1
+            continue
+        rows = read_rows(plan, bin_)
+        if zorder:
+            rows = rows.take(zorder_permutation(rows, zorder))
+        added += len(write_rows(plan, rows, data_change=False))
     plan.add_metrics(numRemovedFiles=removed, numAddedFiles=added)
-    return plan.build()
+    built = plan.build()
+    # The scan's reads, as PlanBuilder.scan records them: concurrent removes of any file
+    # read fail this commit (Delta's OPTIMIZE reads every file its filter selects).
+    return dataclasses.replace(
+        built,
+        partition_predicates=(*built.partition_predicates, part_pred if part_pred is not None else ex.TRUE),
+        predicates=(*built.predicates, pred if pred is not None else ex.TRUE),
+        read_files={**built.read_files, **_read_files(files, parts)},
+    )
+
+
+def _scan(plan: PlanBuilder, pred: ex.Expr | None) -> tuple[ex.Expr | None, pa.Table] | None:
+    """(the partition-only part of ``pred`` or None, the live add rows it selects), as
+    :meth:`PlanBuilder.scan` selects them but as columns; None without a snapshot."""
+    snap = plan.snapshot
+    if snap is None:
+        return None
+    parts = plan.metadata.partition_columns
+    if pred is None or (plan.schema.equals(snap.schema) and parts == snap.partition_columns):
+        return snap.select_files(pred)
+    return prune_table(snap.live_files, pred, plan.schema, parts)
+
+
+def _bin_files(files: pa.Table, bins: Sequence[np.ndarray]) -> list[list[AddFile]]:
+    """The files of each bin as values: the only add rows that become objects."""
+    if not bins:
+        return []
+    values = add_files(files.take(pa.array(np.concatenate(bins))))
+    ends = np.cumsum([len(b) for b in bins])
+    return [values[int(e) - len(b) : int(e)] for b, e in zip(bins, ends, strict=True)]
+
+
+def _read_files(files: pa.Table, partition_columns: Sequence[str]) -> dict[str, Mapping[str, str | None]]:
+    """Each file read and its partition values (one mapping shared by a partition's files)."""
+    if files.num_rows == 0:
+        return {}
+    codes = partition_codes(files, partition_columns)
+    _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    values = files.column("partitionValues").take(pa.array(first)).to_pylist()
+    shared = [dict(v or ()) for v in values]
+    return dict(zip(files.column("path").to_pylist(), [shared[i] for i in inverse.tolist()], strict=True))
 
 
 def _compact_mapped(plan: PlanBuilder, sources: Sequence[AddFile]) -> None:
@@ -130,18 +173,78 @@ def plan_bins(files: Sequence[AddFile], target: int, *, rewrite_all: bool) -> li
     if rewrite_all:
         return [list(files)] if files else []
     small = sorted((f for f in files if f.size < target), key=lambda f: f.size)
-    bins: list[list[AddFile]] = []
-    current: list[AddFile] = []
-    size = 0
-    for f in small:
-        if current and size + f.size > target:
-            bins.append(current)
-            current, size = [], 0
-        current.append(f)
-        size += f.size
-    if current:
-        bins.append(current)
-    return [b for b in bins if len(b) > 1]
+    prefix = np.concatenate([[0], np.cumsum(np.array([f.size for f in small], dtype=np.int64))])
+    return [small[start:end] for start, end in _pack(prefix, 0, len(small), target)]
+
+
+def bin_rows(
+    files: pa.Table, partition_columns: Sequence[str], target: int, *, rewrite_all: bool
+) -> list[np.ndarray]:
+    """:func:`plan_bins` over every partition of ``files`` (add rows,
+    :data:`~eventlog.log.filetable.ADD_SCHEMA`) on columns: the row numbers of each bin.
+
+    As OPTIMIZE walks them: files in path order, partitions in order of their first file,
+    each partition's small files by size (ties in path order) packed greedily, bins of one
+    file dropped; when rewriting all, one bin per partition with its files in path order.
+    """
+    n = files.num_rows
+    if n == 0:
+        return []
+    order = pc.sort_indices(files.column("path")).to_numpy()  # position -> row
+    # Partitions numbered by first appearance in path order.
+    _, first, inverse = np.unique(
+        partition_codes(files, partition_columns)[order], return_index=True, return_inverse=True
+    )
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    group = rank[inverse]
+    positions = np.arange(n)
+    if rewrite_all:
+        pos = np.lexsort((positions, group))
+        return [order[chunk] for chunk in np.split(pos, np.flatnonzero(np.diff(group[pos])) + 1)]
+    sizes = pc.fill_null(files.column("size"), 0).to_numpy()[order].astype(np.int64)
+    small = np.flatnonzero(sizes < target)
+    pos = small[np.lexsort((small, sizes[small], group[small]))]
+    cuts = np.flatnonzero(np.diff(group[pos])) + 1
+    bins: list[np.ndarray] = []
+    prefix = np.concatenate([[0], np.cumsum(sizes[pos])])
+    for begin, end in zip([0, *cuts.tolist()], [*cuts.tolist(), len(pos)], strict=True):
+        bins += [order[pos[a:b]] for a, b in _pack(prefix, begin, end, target)]
+    return bins
+
+
+def _pack(prefix: np.ndarray, begin: int, end: int, target: int) -> list[tuple[int, int]]:
+    """Greedy bins ``[a, b)`` over items ``begin..end-1`` (sorted by size, each below
+    ``target``; ``prefix[i]``: the total size of the items before ``i``): an item joins the
+    open bin while the bin's total stays within ``target``. Bins of one item are left out."""
+    out = []
+    a = begin
+    while a < end:
+        # The bin from ``a`` ends before the first item whose running total exceeds target.
+        b = min(int(np.searchsorted(prefix, prefix[a] + target, side="right")) - 1, end)
+        b = max(b, a + 1)
+        if b - a > 1:
+            out.append((a, b))
+        a = b
+    return out
+
+
+def partition_codes(files: pa.Table, partition_columns: Sequence[str]) -> np.ndarray:
+    """One integer per add row of ``files``, equal for rows of the same partition (told
+    apart by the raw values of the partition columns, a missing key counting as null)."""
+    codes = np.zeros(files.num_rows, dtype=np.int64)
+    if files.num_rows == 0 or not partition_columns:
+        return codes
+    values = files.column("partitionValues")
+    for name in partition_columns:
+        # "last": a map holds each key once, and Arrow's "first" lookup is many times slower.
+        raw = pc.map_lookup(values, pa.scalar(name), "last")
+        raw = raw.combine_chunks() if isinstance(raw, pa.ChunkedArray) else raw
+        encoded = raw.dictionary_encode(null_encoding="encode")
+        column = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        # Densify after each column, so the combined codes never overflow.
+        _, codes = np.unique(codes * (len(encoded.dictionary) + 1) + column, return_inverse=True)
+    return codes.astype(np.int64)
 
 
 def zorder_permutation(rows: pa.Table, columns: Sequence[str]) -> np.ndarray:
