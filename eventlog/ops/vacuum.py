@@ -22,6 +22,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from urllib.parse import unquote, urlparse
 
 import fsspec
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from eventlog.errors import CorruptLogError, InvalidInputError
 from eventlog.files.partition_values import escape_path_name
@@ -71,11 +73,10 @@ def referenced_files(table: CommitTarget, horizon: int) -> set[str]:
         if dv is not None and dv.storage_type == "u":
             valid.add(dv_relative_path(dv))
 
-    for add in snap.add_files:
-        keep(add.path, add.deletion_vector)
-    for rm in snap.tombstones.values():
-        if (rm.deletion_timestamp or 0) >= horizon:
-            keep(rm.path, rm.deletion_vector)
+    valid |= referenced_by(snap.live_files)
+    tombstones = snap.tombstone_files
+    recent = pc.greater_equal(pc.fill_null(tombstones.column("deletionTimestamp"), 0), horizon)
+    valid |= referenced_by(tombstones.filter(recent))
     # Commits within retention: their removes cover tombstones a checkpoint may have dropped
     # under a shorter table retention than the one asked for here.
     version = snap.version
@@ -92,6 +93,28 @@ def referenced_files(table: CommitTarget, horizon: int) -> set[str]:
             keep(rm.path, rm.deletion_vector)
         version -= 1
     return valid
+
+
+# What ``urlparse`` takes for a scheme: a letter, then letters, digits, "+", "-" or ".", then ":".
+_SCHEME = r"^[A-Za-z][A-Za-z0-9+.\-]*:"
+
+
+def referenced_by(files: pa.Table) -> set[str]:
+    """Table-relative paths the add or remove rows ``files`` reference, from their ``path``
+    and ``deletionVector`` columns: data files (unquoted; absolute URIs are not the
+    table's own) and the files of ``u`` deletion vectors."""
+    paths = files.column("path")
+    relative = paths.filter(pc.invert(pc.match_substring_regex(paths, _SCHEME)))
+    quoted = pc.match_substring(relative, "%")
+    out = set(relative.filter(pc.invert(quoted)).to_pylist())
+    out.update(unquote(p) for p in relative.filter(quoted).to_pylist())
+    dvs = files.column("deletionVector")
+    if dvs.null_count < len(dvs):
+        in_files = pc.fill_null(pc.equal(pc.struct_field(dvs, "storageType"), "u"), False)
+        out.update(
+            dv_relative_path(DeletionVectorDescriptor.from_json(d)) for d in dvs.filter(in_files).to_pylist()
+        )
+    return out
 
 
 def is_hidden(name: str, partition_columns: Sequence[str]) -> bool:
