@@ -6,12 +6,15 @@ import json
 import re
 from typing import Annotated, Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import typer
 from rich.console import RenderableType
 from rich.text import Text
 
 from eventlog.cli.options import Settings
 from eventlog.cli.output import arrow_table, emit, fields, iso, pairs, rows_json, table
+from eventlog.files.pruning import file_stats
 from eventlog.log.checkpoint import find_latest_checkpoint
 from eventlog.log.storage import LogStore
 from eventlog.table import Table
@@ -146,12 +149,8 @@ def describe(settings: Settings, uri: TableArg) -> None:
         snap = t.snapshot()
         names = t.log.list_log()
         bounds = LogStore.commit_version_bounds(names)
-        adds = snap.add_files
-        records = [a.num_records for a in adds]
-        num_rows = None
-        if all(n is not None for n in records):
-            dv = sum(a.deletion_vector.cardinality for a in adds if a.deletion_vector is not None)
-            num_rows = sum(n for n in records if n is not None) - dv
+        files = snap.live_files
+        num_files, size_bytes, num_rows = file_totals(files)
         meta = snap.metadata
         protocol = snap.protocol
         data = {
@@ -171,12 +170,24 @@ def describe(settings: Settings, uri: TableArg) -> None:
                 "readerFeatures": _listed(protocol.reader_features),
                 "writerFeatures": _listed(protocol.writer_features),
             },
-            "num_files": len(adds),
-            "size_bytes": sum(a.size for a in adds),
+            "num_files": num_files,
+            "size_bytes": size_bytes,
             "num_rows": num_rows,
             "latest_checkpoint": find_latest_checkpoint(t.log.fs, t.log.log_dir, listing=names),
         }
     emit(settings, data, _render_describe)
+
+
+def file_totals(files: pa.Table) -> tuple[int, int, int | None]:
+    """(files, bytes, rows) of add rows ``files``, from their columns: rows are the
+    statistics' ``numRecords`` less the rows deletion vectors drop, or None when a file
+    has no row count."""
+    records = file_stats(files, pa.schema([])).column("numRecords")
+    num_rows = None
+    if records.null_count == 0:
+        dv_rows = pc.sum(pc.struct_field(files.column("deletionVector"), "cardinality")).as_py() or 0
+        num_rows = (pc.sum(records).as_py() or 0) - dv_rows
+    return files.num_rows, pc.sum(files.column("size")).as_py() or 0, num_rows
 
 
 def _listed(values: tuple[str, ...] | None) -> list[str] | None:
