@@ -28,9 +28,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from eventlog.errors import InvalidInputError
 from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE
@@ -121,13 +122,30 @@ def candidates(
     if not wanted:
         return []
     target = _target_size(snapshot)
-    small: dict[tuple[str | None, ...], int] = {}
-    for add in snapshot.add_files:
-        key = _key(add.partition_values, columns)
-        if key in wanted and add.size < target:
-            small[key] = small.get(key, 0) + 1
-    chosen = sorted((k for k, n in small.items() if n >= min_files), key=lambda k: -small[k])
-    return [dict(zip(columns, k, strict=True)) for k in chosen[:MAX_PARTITIONS_PER_RUN]]
+    files = snapshot.live_files
+    files = files.filter(pc.less(pc.fill_null(files.column("size"), 0), target))
+    if files.num_rows == 0:
+        return []
+    # Small files per partition (the raw values of its columns, a missing key being null),
+    # counted on columns; the first small file by path breaks ties (the order files come in).
+    counted: Iterable[tuple[tuple[str | None, ...], int, str]]
+    if columns:
+        values = files.column("partitionValues")
+        # "last": a map holds each key once, and Arrow's "first" lookup is many times slower.
+        keys = {f"k{i}": pc.map_lookup(values, pa.scalar(c), "last") for i, c in enumerate(columns)}
+        table = pa.table({**keys, "path": files.column("path")})
+        groups = table.group_by(list(keys), use_threads=False).aggregate([("path", "count"), ("path", "min")])
+        counted = zip(
+            zip(*(groups.column(k).to_pylist() for k in keys), strict=True),
+            groups.column("path_count").to_pylist(),
+            groups.column("path_min").to_pylist(),
+            strict=True,
+        )
+    else:
+        counted = iter([((), files.num_rows, pc.min(files.column("path")).as_py())])
+    small = [(key, n, first) for key, n, first in counted if key in wanted and n >= min_files]
+    chosen = sorted(small, key=lambda c: (-c[1], c[2]))
+    return [dict(zip(columns, k, strict=True)) for k, _, _ in chosen[:MAX_PARTITIONS_PER_RUN]]
 
 
 def _literal(value: str, type_: pa.DataType) -> str:
