@@ -117,6 +117,22 @@ class CommitInfo:
         )
 
 
+def _string_map(value: Any, field: str) -> dict[str, str | None]:
+    """A JSON object of strings (``partitionValues``, ``tags``); other scalar values are
+    taken as their JSON text, as Delta Spark's JSON reader does, and nested ones refused."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{field} is not a JSON object")
+    out: dict[str, str | None] = {}
+    for key, item in value.items():
+        if item is None or isinstance(item, str):
+            out[key] = item
+        elif isinstance(item, bool | int | float):
+            out[key] = orjson.dumps(item).decode()
+        else:
+            raise ValueError(f"{field}.{key} is not a string")
+    return out
+
+
 def _param_str(value: Any) -> str:
     return value if isinstance(value, str) else orjson.dumps(value).decode()
 
@@ -258,14 +274,15 @@ class AddFile:
     def from_json(d: Mapping[str, Any]) -> AddFile:
         dv = d.get("deletionVector")
         stats = d.get("stats")
+        tags = d.get("tags")
         return AddFile(
             path=d["path"],
-            partition_values=d.get("partitionValues") or {},
+            partition_values=_string_map(d.get("partitionValues") or {}, "partitionValues"),
             size=int(d.get("size") or 0),
             modification_time=int(d.get("modificationTime") or 0),
             data_change=bool(d.get("dataChange", True)),
             stats=stats if stats is None or isinstance(stats, str) else orjson.dumps(stats).decode(),
-            tags=d.get("tags"),
+            tags=_string_map(tags, "tags") if tags is not None else None,
             deletion_vector=DeletionVectorDescriptor.from_json(dv) if dv else None,
             base_row_id=d.get("baseRowId"),
             default_row_commit_version=d.get("defaultRowCommitVersion"),
@@ -337,7 +354,7 @@ class RemoveFile:
             deletion_timestamp=d.get("deletionTimestamp"),
             data_change=bool(d.get("dataChange", True)),
             extended_file_metadata=d.get("extendedFileMetadata"),
-            partition_values=dict(pv) if pv is not None else None,
+            partition_values=_string_map(pv, "partitionValues") if pv is not None else None,
             size=d.get("size"),
             stats=d.get("stats"),
             deletion_vector=DeletionVectorDescriptor.from_json(dv) if dv else None,

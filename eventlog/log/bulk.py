@@ -117,7 +117,8 @@ def _flatten(col: pa.StructArray, name: str, target: pa.Schema) -> pa.Table:
             pa.types.is_string(t.type) or pa.types.is_null(t.type) for t in value.type
         ):
             raise ValueError(f"{name}.{free} is not an object of strings")
-        columns[free] = map_from_struct(value, keep_nulls=free == "partitionValues")
+        pv = free == "partitionValues"  # a file without tags has none, not empty ones
+        columns[free] = map_from_struct(value, keep_nulls=pv, null_as_empty=pv)
     if name == "add" and "partitionValues" not in columns:
         columns["partitionValues"] = map_from_struct(pa.array([{}] * len(col), pa.struct([])))
     table = pa.table({k: v for k, v in columns.items() if k in target.names})

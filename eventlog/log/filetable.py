@@ -287,21 +287,27 @@ def _cast(col: pa.ChunkedArray, typ: pa.DataType) -> pa.ChunkedArray:
     return col.cast(typ)
 
 
-def map_from_struct(arr: pa.StructArray, *, keep_nulls: bool = True) -> pa.MapArray:
+def map_from_struct(
+    arr: pa.StructArray, *, keep_nulls: bool = True, null_as_empty: bool = True
+) -> pa.MapArray:
     """A ``map<string, string>`` with one entry per struct field of each row.
 
     JSON objects with free keys (``partitionValues``, ``tags``) come out of Arrow's JSON
     reader as structs over the union of keys seen; this turns them back into the maps the
-    protocol means. A null struct becomes an empty map; with ``keep_nulls=False`` entries
-    whose value is null are left out (a tag is absent, not null).
+    protocol means. A null struct becomes an empty map (``null_as_empty``) or a null map;
+    with ``keep_nulls=False`` entries whose value is null are left out (a tag is absent,
+    not null).
     """
     n = len(arr)
     names = [arr.type.field(i).name for i in range(arr.type.num_fields)]
     k = len(names)
     valid = np.ones(n, dtype=bool) if arr.null_count == 0 else arr.is_valid().to_numpy(zero_copy_only=False)
+    mask = None if null_as_empty or arr.null_count == 0 else pa.array(~valid)
     if k == 0:
         offsets = pa.array(np.zeros(n + 1, dtype=np.int32))
-        return pa.MapArray.from_arrays(offsets, pa.array([], _STR), pa.array([], _STR))
+        return pa.MapArray.from_arrays(
+            offsets, pa.array([], _STR), pa.array([], _STR), type=STRING_MAP, mask=mask
+        )
     children = [
         (arr.field(i) if arr.type.field(i).type == _STR else arr.field(i).cast(_STR)) for i in range(k)
     ]
@@ -318,7 +324,7 @@ def map_from_struct(arr: pa.StructArray, *, keep_nulls: bool = True) -> pa.MapAr
     idx = order[keep]
     items = values.take(pa.array(idx))
     keys = pa.array(keys_np[keep], _STR)
-    return pa.MapArray.from_arrays(pa.array(offsets), keys, items, type=STRING_MAP)
+    return pa.MapArray.from_arrays(pa.array(offsets), keys, items, type=STRING_MAP, mask=mask)
 
 
 # --------------------------------------------------------------------------- keys
