@@ -39,10 +39,10 @@ from eventlog.log.actions import AddFile, RemoveFile
 from eventlog.log.checkpoint import read_checkpoint
 from eventlog.log.commit import Commit, member_txn_ids
 from eventlog.log.commitlog import CommitLog
-from eventlog.log.filetable import file_keys
+from eventlog.log.filetable import add_files, file_keys
 from eventlog.log.storage import LogStore
 from eventlog.snapshot.loader import load_snapshot
-from eventlog.snapshot.projection import FileKey, Snapshot
+from eventlog.snapshot.projection import Snapshot
 
 __all__ = ["Replay", "TableDiff", "VersionChange", "diff", "replay"]
 
@@ -262,7 +262,9 @@ def _check_against(commitlog: CommitLog, fold: Snapshot, live: Snapshot) -> None
     missing = theirs.filter(pc.invert(pc.is_in(theirs, value_set=ours)))
     if len(extra) or len(missing) or len(ours) != len(theirs):
         only_events, only_snapshot = _first_paths(extra), _first_paths(missing)
-        problems.append(f"live files (only in the events: {only_events}; only in the snapshot: {only_snapshot})")  # noqa: E501
+        problems.append(
+            f"live files (only in the events: {only_events}; only in the snapshot: {only_snapshot})"
+        )
     if problems:
         raise ReplayMismatchError(
             f"{commitlog.uri}: replaying the events to version {version} does not give the table's "
@@ -294,21 +296,23 @@ def diff(
     rows: bool = False,
 ) -> TableDiff:
     """What ``new`` has that ``old`` has not, and the reverse (see the module docstring)."""
-    old_paths = {p: k for p, k in ((k[0], k) for k in old.files)}
-    new_paths = {p: k for p, k in ((k[0], k) for k in new.files)}
+    # On columns: only the files that differ between the versions become values.
+    old_live, new_live = old.live_files, new.live_files
+    old_only = old_live.filter(pc.invert(pc.is_in(_keys(old_live), value_set=_keys(new_live))))
+    new_only = new_live.filter(pc.invert(pc.is_in(_keys(new_live), value_set=_keys(old_live))))
+    old_paths = {a.path: a for a in add_files(old_only)}
+    new_paths = {a.path: a for a in add_files(new_only)}
     dv_changed = {
-        p: (_dv_card(old.files[old_paths[p]]), _dv_card(new.files[new_paths[p]]))
-        for p in old_paths.keys() & new_paths.keys()
-        if old_paths[p] != new_paths[p]
+        p: (_dv_card(old_paths[p]), _dv_card(new_paths[p])) for p in old_paths.keys() & new_paths.keys()
     }
     added = sorted(new_paths.keys() - old_paths.keys())
     removed = sorted(old_paths.keys() - new_paths.keys())
     rows_added: int | None = 0
     rows_removed: int | None = 0
     for p in added:
-        rows_added = _plus(rows_added, _live(new.files[new_paths[p]]))
+        rows_added = _plus(rows_added, _live(new_paths[p]))
     for p in removed:
-        rows_removed = _plus(rows_removed, _live(old.files[old_paths[p]]))
+        rows_removed = _plus(rows_removed, _live(old_paths[p]))
     for before, after in dv_changed.values():
         if after >= before and rows_removed is not None:
             rows_removed += after - before
@@ -333,20 +337,18 @@ def _changed_rows(
     added: list[str],
     removed: list[str],
     dv_changed: Mapping[str, tuple[int, int]],
-    old_paths: Mapping[str, FileKey],
-    new_paths: Mapping[str, FileKey],
+    old_paths: Mapping[str, AddFile],
+    new_paths: Mapping[str, AddFile],
 ) -> tuple[pa.Table, pa.Table]:
     """Rows only ``new`` has and rows only ``old`` has, rewritten rows netted out."""
     schema = new.schema
-    gained = [
-        read_live_rows(fs, root, [new.files[new_paths[p]] for p in added], schema, new.partition_columns)
-    ]
+    gained = [read_live_rows(fs, root, [new_paths[p] for p in added], schema, new.partition_columns)]
     lost = [
-        _conform(read_live_rows(fs, root, [old.files[old_paths[p]] for p in removed], old.schema,
-                                old.partition_columns), schema)
+        _conform(read_live_rows(fs, root, [old_paths[p] for p in removed], old.schema, old.partition_columns),
+                 schema)
     ]  # fmt: skip
     for path in dv_changed:
-        before, after = old.files[old_paths[path]], new.files[new_paths[path]]
+        before, after = old_paths[path], new_paths[path]
         was, now = file_deletes(fs, root, before), file_deletes(fs, root, after)
         every = read_live_rows(fs, root, [dataclasses.replace(after, deletion_vector=None)], schema,
                                new.partition_columns)  # fmt: skip
