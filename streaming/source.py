@@ -50,6 +50,7 @@ from eventlog.errors import InvalidInputError, VersionNotFoundError
 from eventlog.files.scan import read_live_rows
 from eventlog.log.actions import AddFile, Metadata, Protocol
 from eventlog.log.commit import Commit
+from eventlog.log.filetable import add_files
 from eventlog.log.storage import LogStore
 from eventlog.snapshot import Snapshot
 from eventlog.snapshot.timeline import timestamp_ms
@@ -378,7 +379,8 @@ class ChangeSource:
         snap = self.read_snapshot if version == self.read_version else self._load_snapshot(version)
         if version > self.read_version:
             self._check_metadata(version, "snapshot", snap.metadata, snap.protocol)
-        files = tuple(sorted(snap.add_files, key=lambda a: (a.modification_time, a.path)))
+        order = [("modificationTime", "ascending"), ("path", "ascending")]
+        files = tuple(add_files(snap.live_files.sort_by(order)))  # sorted as columns
         self._snapshot_files = (version, files)
         return files
 
