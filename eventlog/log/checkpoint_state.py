@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, cast, overload
+from typing import Any, ClassVar, Generic, Self, TypeVar, cast, overload
 
 import pyarrow as pa
 
@@ -113,7 +113,7 @@ class FileActions(Sequence[_T], Generic[_T]):
     """
 
     __slots__ = ("_items", "_table")
-    SCHEMA: pa.Schema
+    SCHEMA: ClassVar[pa.Schema]
 
     def __init__(self, table: pa.Table | None = None, items: Sequence[_T] | None = None) -> None:
         if table is None and items is None:
@@ -122,7 +122,7 @@ class FileActions(Sequence[_T], Generic[_T]):
         self._items: Sequence[_T] | None = items
 
     @classmethod
-    def of(cls, value: Any) -> Any:
+    def of(cls, value: Any) -> Self:
         """``value`` (a sequence of actions, an Arrow table, or one of these) as ``cls``."""
         if isinstance(value, cls):
             return value
