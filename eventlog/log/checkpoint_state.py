@@ -33,7 +33,7 @@ __all__ = [
     "LAST_CHECKPOINT",
     "AddFiles",
     "CheckpointState",
-    "FileActions",
+    "ActionSequence",
     "RemoveFiles",
     "checkpoint_path",
 ]
@@ -105,7 +105,7 @@ def checkpoint_path(log_dir: str, version: int) -> str:
 _T = TypeVar("_T", AddFile, RemoveFile)
 
 
-class FileActions(Sequence[_T], Generic[_T]):
+class ActionSequence(Sequence[_T], Generic[_T]):
     """File actions held as an Arrow table and offered as a sequence of action objects.
 
     Built from either form; the other is derived on first use and kept. ``len`` never
@@ -117,7 +117,7 @@ class FileActions(Sequence[_T], Generic[_T]):
 
     def __init__(self, table: pa.Table | None = None, items: Sequence[_T] | None = None) -> None:
         if table is None and items is None:
-            raise ValueError("FileActions needs a table or items")
+            raise ValueError("ActionSequence needs a table or items")
         self._table: pa.Table | None = table
         self._items: Sequence[_T] | None = items
 
@@ -126,7 +126,7 @@ class FileActions(Sequence[_T], Generic[_T]):
         """``value`` (a sequence of actions, an Arrow table, or one of these) as ``cls``."""
         if isinstance(value, cls):
             return value
-        if isinstance(value, FileActions):
+        if isinstance(value, ActionSequence):
             raise TypeError(f"expected {cls.__name__}, got {type(value).__name__}")
         if isinstance(value, pa.Table):
             return cls(table=conform(value, cls.SCHEMA))
@@ -168,7 +168,7 @@ class FileActions(Sequence[_T], Generic[_T]):
         return iter(self._objects())
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, FileActions):
+        if isinstance(other, ActionSequence):
             if type(other) is not type(self):
                 return False
             if self._table is not None and other._table is not None and self._table.equals(other._table):
@@ -184,7 +184,7 @@ class FileActions(Sequence[_T], Generic[_T]):
         return f"{type(self).__name__}({len(self)} files)"
 
 
-class AddFiles(FileActions[AddFile]):
+class AddFiles(ActionSequence[AddFile]):
     """``add`` actions: an :data:`~eventlog.log.filetable.ADD_SCHEMA` table."""
 
     __slots__ = ()
@@ -197,7 +197,7 @@ class AddFiles(FileActions[AddFile]):
         return add_files(table)
 
 
-class RemoveFiles(FileActions[RemoveFile]):
+class RemoveFiles(ActionSequence[RemoveFile]):
     """``remove`` actions (tombstones): a :data:`~eventlog.log.filetable.REMOVE_SCHEMA`
     table (which keeps neither ``stats`` nor ``tags``)."""
 
