@@ -4,7 +4,9 @@ so concurrent row deletes survive it."""
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -173,7 +175,7 @@ def plan_bins(files: Sequence[AddFile], target: int, *, rewrite_all: bool) -> li
     if rewrite_all:
         return [list(files)] if files else []
     small = sorted((f for f in files if f.size < target), key=lambda f: f.size)
-    prefix = np.concatenate([[0], np.cumsum(np.array([f.size for f in small], dtype=np.int64))])
+    prefix = [0, *itertools.accumulate(f.size for f in small)]
     return [small[start:end] for start, end in _pack(prefix, 0, len(small), target)]
 
 
@@ -207,13 +209,13 @@ def bin_rows(
     pos = small[np.lexsort((small, sizes[small], group[small]))]
     cuts = np.flatnonzero(np.diff(group[pos])) + 1
     bins: list[np.ndarray] = []
-    prefix = np.concatenate([[0], np.cumsum(sizes[pos])])
+    prefix = [0, *np.cumsum(sizes[pos]).tolist()]
     for begin, end in zip([0, *cuts.tolist()], [*cuts.tolist(), len(pos)], strict=True):
         bins += [order[pos[a:b]] for a, b in _pack(prefix, begin, end, target)]
     return bins
 
 
-def _pack(prefix: np.ndarray, begin: int, end: int, target: int) -> list[tuple[int, int]]:
+def _pack(prefix: Sequence[int], begin: int, end: int, target: int) -> list[tuple[int, int]]:
     """Greedy bins ``[a, b)`` over items ``begin..end-1`` (sorted by size, each below
     ``target``; ``prefix[i]``: the total size of the items before ``i``): an item joins the
     open bin while the bin's total stays within ``target``. Bins of one item are left out."""
@@ -221,8 +223,7 @@ def _pack(prefix: np.ndarray, begin: int, end: int, target: int) -> list[tuple[i
     a = begin
     while a < end:
         # The bin from ``a`` ends before the first item whose running total exceeds target.
-        b = min(int(np.searchsorted(prefix, prefix[a] + target, side="right")) - 1, end)
-        b = max(b, a + 1)
+        b = max(bisect.bisect_right(prefix, prefix[a] + target, a, end + 1) - 1, a + 1)
         if b - a > 1:
             out.append((a, b))
         a = b
