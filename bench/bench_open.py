@@ -38,7 +38,9 @@ ERROR, exit 1). Scenarios (``--only`` picks some; sizes in brackets are ``--quic
    equivalent: ``dt.file_uris(file_pruning_predicate=<the same SQL>)`` on an opened
    ``DeltaTable`` (delta-rs prunes partitions and min/max statistics the same way).
 
-Tables other than 1-2 are synthetic: :mod:`bench._tables` writes the ``_delta_log``
+The run imports a copy of ``eventlog/`` and ``lockstore/`` taken at its start (in this
+process and every child), so others' edits during the run change nothing. Tables other
+than 1-2 are synthetic: :mod:`bench._tables` writes the ``_delta_log``
 directly (realistic ``add`` actions with ~200-byte stats strings); the data files do not
 exist, since neither library opens them to open a table or plan a scan. Tables are built
 once per run under a temporary directory and deleted at the end.
@@ -64,6 +66,7 @@ import functools
 import gc
 import inspect
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -207,15 +210,40 @@ def child_main(argv: Sequence[str]) -> int:
         "peak_mib": peak / 1024,
         "held_mib": held / 1024,
         "peak_reset": reset,
+        "code": sys.modules["eventlog"].__file__,
     }
     print(json.dumps(out))
     return 0
 
 
+# Run in the code snapshot's directory with PYTHONPATH = snapshot, repository root; the
+# snapshot goes first again once bench.bench_open (which puts the root first) is imported.
 _CHILD = (
-    "import sys; sys.path.insert(0, sys.argv[1]); from bench.bench_open import child_main; "
+    "import sys; from bench.bench_open import child_main; sys.path.insert(0, sys.argv[1]); "
     "sys.exit(child_main(sys.argv[2:]))"
 )
+CODE_PACKAGES = ("eventlog", "lockstore")
+
+
+def _code_dir() -> str:
+    """The code snapshot (first on PYTHONPATH once :func:`snapshot_code` ran)."""
+    return os.environ["PYTHONPATH"].split(os.pathsep)[0]
+
+
+def snapshot_code(dest: str) -> None:
+    """Copy our packages as they are now into ``dest`` and import them from there, in this
+    process and in every child (PYTHONPATH, working directory): other engineers edit
+    ``eventlog/`` while this runs, and a child must not import a half-edited tree or a
+    different version than this process times."""
+    for pkg in CODE_PACKAGES:
+        shutil.copytree(ROOT / pkg, Path(dest) / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    sys.path.insert(0, dest)
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join([dest, str(ROOT), *rest])
+    import eventlog.table
+
+    if not eventlog.table.__file__ or not eventlog.table.__file__.startswith(dest):
+        raise CheckFailed(f"eventlog imported from {eventlog.table.__file__}, not from the snapshot {dest}")
 
 
 @dataclass(frozen=True)
@@ -232,7 +260,8 @@ def measure_children(path: str, warm: str, repeat: int, expect: tuple[int, int])
     for rep in range(repeat):
         for engine in rotated(list(ENGINES), rep):
             proc = subprocess.run(
-                [sys.executable, "-c", _CHILD, str(ROOT), engine, path, warm],
+                [sys.executable, "-c", _CHILD, _code_dir(), engine, path, warm],
+                cwd=_code_dir(),
                 capture_output=True,
                 text=True,
                 check=False,
@@ -245,6 +274,8 @@ def measure_children(path: str, warm: str, repeat: int, expect: tuple[int, int])
                     f"{engine} child saw version/files {out['version']}/{out['files']}, "
                     f"expected {expect[0]}/{expect[1]}"
                 )
+            if not str(out["code"]).startswith(_code_dir()):
+                raise CheckFailed(f"{engine} child imported {out['code']}, not the snapshot {_code_dir()}")
             if not out["peak_reset"]:
                 print("  warning: /proc/self/clear_refs refused: peaks include the inherited floor")
             runs[engine].append(out)
@@ -327,7 +358,7 @@ def checkpoint_last(path: str, last: int) -> str:
     try:
         proc = subprocess.run(
             [sys.executable, "-c", _CHECKPOINT, path],
-            cwd=ROOT,
+            cwd=_code_dir(),
             capture_output=True,
             text=True,
             timeout=CHECKPOINT_TIMEOUT_S,
@@ -360,6 +391,7 @@ class Tables:
         self.sizes = sizes
         self.root = tempfile.mkdtemp(prefix="bench-open-")
         self.paths: dict[str, str] = {}
+        self.code = self._path("code")
         self.warm = self._path("warm")
         _tables.write_adds_table(self.warm, [10])
 
@@ -652,6 +684,11 @@ def main() -> int:
     tables = Tables(sizes)
     started = time.perf_counter()
     try:
+        try:
+            snapshot_code(tables.code)
+        except ImportError as exc:
+            print(f"ERROR: eventlog does not import now (someone's edit in progress?); retry later: {exc!r}")
+            return 1
         for scenario in SCENARIOS:
             if scenario not in wanted:
                 continue
