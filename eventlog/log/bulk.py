@@ -28,7 +28,7 @@ from eventlog.log.filetable import (
     ADD_SCHEMA,
     ADD_STRUCT,
     DV_STRUCT,
-    REMOVE_SCHEMA,
+    REMOVE_ACTION_SCHEMA,
     REMOVE_STRUCT,
     FileActions,
     conform,
@@ -79,7 +79,7 @@ def _line_schema(name: str, struct: pa.StructType, partition_columns: Sequence[s
         else:
             fields.append(f.with_nullable(True))
     if name == "remove":
-        fields.append(pa.field("stats", pa.string()))  # parsed (to keep it a string), dropped
+        fields.append(pa.field("stats", pa.string()))  # kept with the commit's removes
     return pa.schema([pa.field(name, pa.struct(fields))])
 
 
@@ -88,7 +88,7 @@ _FREE = ("partitionValues", "tags")
 
 def _parse_lines(body: bytes | memoryview, name: str, partition_columns: Sequence[str]) -> pa.Table:
     """Parse a buffer of ``{"add": ...}`` (or remove) lines into the flattened table."""
-    struct, target = (ADD_STRUCT, ADD_SCHEMA) if name == "add" else (REMOVE_STRUCT, REMOVE_SCHEMA)
+    struct, target = (ADD_STRUCT, ADD_SCHEMA) if name == "add" else (REMOVE_STRUCT, REMOVE_ACTION_SCHEMA)
     parsed = pajson.read_json(
         pa.BufferReader(body),
         read_options=pajson.ReadOptions(block_size=_BLOCK_BYTES),
@@ -232,7 +232,7 @@ def _part(kind: str, table: pa.Table, counts: list[tuple[int, int]]) -> FileActi
         raise ValueError(f"{table.num_rows} {kind} rows parsed from {len(versions)} lines")
     none = np.zeros(0, dtype=np.int64)
     if kind == "add":
-        return FileActions(table, versions, REMOVE_SCHEMA.empty_table(), none)
+        return FileActions(table, versions, REMOVE_ACTION_SCHEMA.empty_table(), none)
     return FileActions(ADD_SCHEMA.empty_table(), none, table, versions)
 
 

@@ -53,13 +53,10 @@ from eventlog.log.checkpoint_state import (
     METADATA_STRUCT,
     PROTOCOL_STRUCT,
     TXN_STRUCT,
-    ActionSequence,
-    AddFiles,
     CheckpointState,
-    RemoveFiles,
     checkpoint_path,
 )
-from eventlog.log.filetable import ADD_STRUCT, DV_STRUCT, REMOVE_STRUCT
+from eventlog.log.filetable import ADD_STRUCT, DV_STRUCT, REMOVE_STRUCT, ActionSequence, AddFiles, RemoveFiles
 
 __all__ = [
     "CHAIN_HEAD_KEY",

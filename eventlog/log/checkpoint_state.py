@@ -9,23 +9,18 @@ first use only.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, Self, TypeVar, cast, overload
+from typing import cast
 
 import pyarrow as pa
 
 from eventlog.log.actions import AddFile, DomainMetadata, Metadata, Protocol, RemoveFile, SetTransaction
 from eventlog.log.filetable import (
-    ADD_SCHEMA,
     ADD_STRUCT,
-    REMOVE_SCHEMA,
     REMOVE_STRUCT,
-    add_files,
-    adds_table,
-    conform,
-    remove_files,
-    removes_table,
+    AddFiles,
+    RemoveFiles,
 )
 
 __all__ = [
@@ -33,7 +28,6 @@ __all__ = [
     "LAST_CHECKPOINT",
     "AddFiles",
     "CheckpointState",
-    "ActionSequence",
     "RemoveFiles",
     "checkpoint_path",
 ]
@@ -98,117 +92,6 @@ SIDECAR_STRUCT = pa.struct([
 def checkpoint_path(log_dir: str, version: int) -> str:
     """Path of the classic single-file checkpoint for ``version`` in ``log_dir``."""
     return f"{log_dir.rstrip('/')}/{version:020d}.checkpoint.parquet"
-
-
-# --------------------------------------------------------------------------- file actions
-
-_T = TypeVar("_T", AddFile, RemoveFile)
-
-
-class ActionSequence(Sequence[_T], Generic[_T]):
-    """File actions held as an Arrow table and offered as a sequence of action objects.
-
-    Built from either form; the other is derived on first use and kept. ``len`` never
-    builds objects. Equal to any sequence holding equal actions in the same order.
-    """
-
-    __slots__ = ("_items", "_table")
-    SCHEMA: ClassVar[pa.Schema]
-
-    def __init__(self, table: pa.Table | None = None, items: Sequence[_T] | None = None) -> None:
-        if table is None and items is None:
-            raise ValueError("ActionSequence needs a table or items")
-        self._table: pa.Table | None = table
-        self._items: Sequence[_T] | None = items
-
-    @classmethod
-    def of(cls, value: Any) -> Self:
-        """``value`` (a sequence of actions, an Arrow table, or one of these) as ``cls``."""
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, ActionSequence):
-            raise TypeError(f"expected {cls.__name__}, got {type(value).__name__}")
-        if isinstance(value, pa.Table):
-            return cls(table=conform(value, cls.SCHEMA))
-        return cls(items=list(value))
-
-    def _to_table(self, items: Sequence[_T]) -> pa.Table:
-        raise NotImplementedError
-
-    def _to_items(self, table: pa.Table) -> list[_T]:
-        raise NotImplementedError
-
-    @property
-    def table(self) -> pa.Table:
-        """The actions as a table of :attr:`SCHEMA` (built from the objects on first use)."""
-        if self._table is None:
-            self._table = self._to_table(cast(Sequence[_T], self._items))
-        return self._table
-
-    def _objects(self) -> Sequence[_T]:
-        if self._items is None:
-            items: Sequence[_T] = self._to_items(self._table)
-            self._items = items
-            return items
-        return self._items
-
-    def __len__(self) -> int:
-        if self._items is not None:
-            return len(self._items)
-        return int(self.table.num_rows)
-
-    @overload
-    def __getitem__(self, index: int) -> _T: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[_T]: ...
-    def __getitem__(self, index: int | slice) -> _T | Sequence[_T]:
-        return self._objects()[index]
-
-    def __iter__(self) -> Iterator[_T]:
-        return iter(self._objects())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, ActionSequence):
-            if type(other) is not type(self):
-                return False
-            if self._table is not None and other._table is not None and self._table.equals(other._table):
-                return True
-            return list(self) == list(other)
-        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
-            return len(self) == len(other) and list(self) == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({len(self)} files)"
-
-
-class AddFiles(ActionSequence[AddFile]):
-    """``add`` actions: an :data:`~eventlog.log.filetable.ADD_SCHEMA` table."""
-
-    __slots__ = ()
-    SCHEMA = ADD_SCHEMA
-
-    def _to_table(self, items: Sequence[AddFile]) -> pa.Table:
-        return adds_table(items)
-
-    def _to_items(self, table: pa.Table) -> list[AddFile]:
-        return add_files(table)
-
-
-class RemoveFiles(ActionSequence[RemoveFile]):
-    """``remove`` actions (tombstones): a :data:`~eventlog.log.filetable.REMOVE_SCHEMA`
-    table (which keeps neither ``stats`` nor ``tags``)."""
-
-    __slots__ = ()
-    SCHEMA = REMOVE_SCHEMA
-
-    def _to_table(self, items: Sequence[RemoveFile]) -> pa.Table:
-        return removes_table(items)
-
-    def _to_items(self, table: pa.Table) -> list[RemoveFile]:
-        return remove_files(table)
 
 
 @dataclass(frozen=True, slots=True)

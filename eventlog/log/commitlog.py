@@ -23,10 +23,10 @@ from typing import Any
 import orjson
 
 from eventlog.errors import CorruptLogError, SlotStoreError
-from eventlog.log.actions import ENGINE_INFO, ActionDecodeError, CommitInfo, decode_commit
+from eventlog.log.actions import ENGINE_INFO, ActionDecodeError, CommitInfo
 from eventlog.log.audit import chain_commit, digest
 from eventlog.log.bulk import CHUNK_BYTES, DECODE_ERRORS, BulkDecoder, CommitHeader, decode_per_line
-from eventlog.log.commit import Commit
+from eventlog.log.commit import Commit, decode
 from eventlog.log.filetable import FileActions
 from eventlog.log.storage import LogStore
 from lockstore import (
@@ -427,7 +427,7 @@ class CommitLog:
             )
         self._note_digest(version, data)
         try:
-            commit = Commit(version, tuple(decode_commit(data)))
+            commit = decode(version, data)
         except ActionDecodeError as exc:
             raise CorruptLogError(
                 f"{self.uri}: corrupt commit {version} ({self.log.commit_path(version)}) {exc}",

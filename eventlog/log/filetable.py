@@ -18,8 +18,8 @@ under which the newest action wins when commits are folded.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Generic, Self, TypeVar, cast, overload
 
 import numpy as np
 import pyarrow as pa
@@ -28,10 +28,14 @@ import pyarrow.compute as pc
 from eventlog.log.actions import AddFile, DeletionVectorDescriptor, RemoveFile
 
 __all__ = [
+    "ActionSequence",
+    "AddFiles",
     "FileActions",
+    "RemoveFiles",
     "ADD_SCHEMA",
     "ADD_STRUCT",
     "DV_STRUCT",
+    "REMOVE_ACTION_SCHEMA",
     "REMOVE_SCHEMA",
     "REMOVE_STRUCT",
     "add_files",
@@ -88,6 +92,8 @@ REMOVE_STRUCT = pa.struct([
 # checkpoint writer re-checks the required fields); what is kept is names and types.
 ADD_SCHEMA = pa.schema([f.with_nullable(True) for f in ADD_STRUCT])
 REMOVE_SCHEMA = pa.schema([f.with_nullable(True) for f in REMOVE_STRUCT])
+# A commit's remove actions also keep their stats (a tombstone does not need them).
+REMOVE_ACTION_SCHEMA = pa.schema([*REMOVE_SCHEMA, pa.field("stats", _STR)])
 
 
 # --------------------------------------------------------------------------- objects -> columns
@@ -133,20 +139,21 @@ def adds_table(adds: Sequence[AddFile]) -> pa.Table:
     )  # fmt: skip
 
 
-def removes_table(removes: Sequence[RemoveFile]) -> pa.Table:
-    """``removes`` as a table of :data:`REMOVE_SCHEMA` (stats and tags are not kept: a
-    tombstone needs neither, and checkpoints leave them out)."""
-    return _from_rows(
-        REMOVE_SCHEMA,
-        [
-            (
-                r.path, r.deletion_timestamp, r.data_change, r.extended_file_metadata,
-                _items(r.partition_values), r.size, _dv(r.deletion_vector), r.base_row_id,
-                r.default_row_commit_version,
-            )
-            for r in removes
-        ],
-    )  # fmt: skip
+def removes_table(removes: Sequence[RemoveFile], *, keep_stats: bool = False) -> pa.Table:
+    """``removes`` as a table of :data:`REMOVE_SCHEMA`, or with ``keep_stats`` of
+    :data:`REMOVE_ACTION_SCHEMA` (a tombstone needs no stats, and checkpoints leave them
+    out; a commit's removes keep them)."""
+    rows = [
+        (
+            r.path, r.deletion_timestamp, r.data_change, r.extended_file_metadata,
+            _items(r.partition_values), r.size, _dv(r.deletion_vector), r.base_row_id,
+            r.default_row_commit_version,
+        )
+        for r in removes
+    ]  # fmt: skip
+    if not keep_stats:
+        return _from_rows(REMOVE_SCHEMA, rows)
+    return _from_rows(REMOVE_ACTION_SCHEMA, [(*row, r.stats) for row, r in zip(rows, removes, strict=True)])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,7 +161,7 @@ class FileActions:
     """Add and remove actions of some commits, with the version of each row.
 
     ``adds`` has :data:`~eventlog.log.filetable.ADD_SCHEMA`, ``removes``
-    :data:`~eventlog.log.filetable.REMOVE_SCHEMA`; ``add_versions``/``remove_versions`` give
+    :data:`~eventlog.log.filetable.REMOVE_ACTION_SCHEMA`; ``add_versions``/``remove_versions`` give
     each row's commit version (rows of one version are in no particular order: a commit never
     adds and removes the same file, so their order does not matter to the fold).
     """
@@ -167,7 +174,7 @@ class FileActions:
     @staticmethod
     def empty() -> FileActions:
         none = np.zeros(0, dtype=np.int64)
-        return FileActions(ADD_SCHEMA.empty_table(), none, REMOVE_SCHEMA.empty_table(), none)
+        return FileActions(ADD_SCHEMA.empty_table(), none, REMOVE_ACTION_SCHEMA.empty_table(), none)
 
     @staticmethod
     def of(version: int, adds: Sequence[AddFile], removes: Sequence[RemoveFile]) -> FileActions:
@@ -175,7 +182,7 @@ class FileActions:
         return FileActions(
             adds_table(adds),
             np.full(len(adds), version, dtype=np.int64),
-            removes_table(removes),
+            removes_table(removes, keep_stats=True),
             np.full(len(removes), version, dtype=np.int64),
         )
 
@@ -231,19 +238,138 @@ def add_files(table: pa.Table) -> list[AddFile]:
 
 
 def remove_files(table: pa.Table) -> list[RemoveFile]:
-    """The rows of a :data:`REMOVE_SCHEMA` table as :class:`RemoveFile` values, in order."""
+    """The rows of a :data:`REMOVE_SCHEMA` (or :data:`REMOVE_ACTION_SCHEMA`) table as
+    :class:`RemoveFile` values, in order."""
+    n = table.num_rows
+    stats = table.column("stats").to_pylist() if "stats" in table.column_names else [None] * n
     table = conform(table, REMOVE_SCHEMA)
     p, ts, dc, ext, pv, s, dv, br, drv = _columns(table, REMOVE_SCHEMA)
     return [
         RemoveFile(
             path=p_, deletion_timestamp=ts_, data_change=True if dc_ is None else bool(dc_),
-            extended_file_metadata=ext_, partition_values=_dict(pv_), size=s_, deletion_vector=dv_,
-            base_row_id=br_, default_row_commit_version=drv_,
+            extended_file_metadata=ext_, partition_values=_dict(pv_), size=s_, stats=st_,
+            deletion_vector=dv_, base_row_id=br_, default_row_commit_version=drv_,
         )
-        for p_, ts_, dc_, ext_, pv_, s_, dv_, br_, drv_ in zip(
-            p, ts, dc, ext, pv, s, _dvs(dv), br, drv, strict=True
+        for p_, ts_, dc_, ext_, pv_, s_, dv_, br_, drv_, st_ in zip(
+            p, ts, dc, ext, pv, s, _dvs(dv), br, drv, stats, strict=True
         )
     ]  # fmt: skip
+
+
+# --------------------------------------------------------------------------- lazy sequences
+
+_T = TypeVar("_T", AddFile, RemoveFile)
+
+
+class ActionSequence(Sequence[_T], Generic[_T]):
+    """File actions held as an Arrow table and offered as a sequence of action objects.
+
+    Built from either form; the other is derived on first use and kept. ``len`` never
+    builds objects. Equal to any sequence holding equal actions in the same order.
+    """
+
+    __slots__ = ("_items", "_table")
+    SCHEMA: ClassVar[pa.Schema]
+
+    def __init__(self, table: pa.Table | None = None, items: Sequence[_T] | None = None) -> None:
+        if table is None and items is None:
+            raise ValueError("ActionSequence needs a table or items")
+        self._table: pa.Table | None = table
+        self._items: Sequence[_T] | None = items
+
+    @classmethod
+    def of(cls, value: Any) -> Self:
+        """``value`` (a sequence of actions, an Arrow table, or one of these) as ``cls``."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, ActionSequence):
+            raise TypeError(f"expected {cls.__name__}, got {type(value).__name__}")
+        if isinstance(value, pa.Table):
+            return cls(table=conform(value, cls.SCHEMA))
+        return cls(items=list(value))
+
+    def _to_table(self, items: Sequence[_T]) -> pa.Table:
+        raise NotImplementedError
+
+    def _to_items(self, table: pa.Table) -> list[_T]:
+        raise NotImplementedError
+
+    @property
+    def table(self) -> pa.Table:
+        """The actions as a table of :attr:`SCHEMA` (built from the objects on first use)."""
+        if self._table is None:
+            self._table = self._to_table(cast(Sequence[_T], self._items))
+        return self._table
+
+    def _objects(self) -> Sequence[_T]:
+        if self._items is None:
+            items: Sequence[_T] = self._to_items(self._table)
+            self._items = items
+            return items
+        return self._items
+
+    def __len__(self) -> int:
+        if self._items is not None:
+            return len(self._items)
+        return int(self.table.num_rows)
+
+    @overload
+    def __getitem__(self, index: int) -> _T: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[_T]: ...
+    def __getitem__(self, index: int | slice) -> _T | Sequence[_T]:
+        if self._items is None and isinstance(index, int) and self._table is not None:
+            n = self._table.num_rows
+            if not -n <= index < n:
+                raise IndexError(index)
+            return self._to_items(self._table.slice(index % n, 1))[0]  # one value, not all
+        return self._objects()[index]
+
+    def __iter__(self) -> Iterator[_T]:
+        return iter(self._objects())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ActionSequence):
+            if type(other) is not type(self):
+                return False
+            if self._table is not None and other._table is not None and self._table.equals(other._table):
+                return True
+            return list(self) == list(other)
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return len(self) == len(other) and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self)} files)"
+
+
+class AddFiles(ActionSequence[AddFile]):
+    """``add`` actions: an :data:`~eventlog.log.filetable.ADD_SCHEMA` table."""
+
+    __slots__ = ()
+    SCHEMA = ADD_SCHEMA
+
+    def _to_table(self, items: Sequence[AddFile]) -> pa.Table:
+        return adds_table(items)
+
+    def _to_items(self, table: pa.Table) -> list[AddFile]:
+        return add_files(table)
+
+
+class RemoveFiles(ActionSequence[RemoveFile]):
+    """``remove`` actions (tombstones): a :data:`~eventlog.log.filetable.REMOVE_SCHEMA`
+    table (which keeps neither ``stats`` nor ``tags``)."""
+
+    __slots__ = ()
+    SCHEMA = REMOVE_SCHEMA
+
+    def _to_table(self, items: Sequence[RemoveFile]) -> pa.Table:
+        return removes_table(items)
+
+    def _to_items(self, table: pa.Table) -> list[RemoveFile]:
+        return remove_files(table)
 
 
 # --------------------------------------------------------------------------- shape

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eventlog.log.filetable import FileActions, conform, file_keys
+from eventlog.log.filetable import ADD_SCHEMA, REMOVE_SCHEMA, FileActions, conform, file_keys
 
 __all__ = ["compact", "fold_files"]
 
@@ -49,7 +49,7 @@ def fold_files(live: pa.Table, tombstones: pa.Table, actions: FileActions) -> tu
     paths = pc.unique(pa.concat_arrays([_path(adds), _path(removes)]))
     live = _drop(live, paths, keys)
     tombstones = _drop(tombstones, paths, keys)
-    return compact(_concat(live, adds)), compact(_concat(tombstones, removes))
+    return compact(_concat(live, adds, ADD_SCHEMA)), compact(_concat(tombstones, removes, REMOVE_SCHEMA))
 
 
 def compact(table: pa.Table) -> pa.Table:
@@ -59,13 +59,14 @@ def compact(table: pa.Table) -> pa.Table:
     return table
 
 
-def _concat(base: pa.Table, more: pa.Table) -> pa.Table:
+def _concat(base: pa.Table, more: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``base`` then ``more``, as ``schema`` (a commit's removes keep stats; tombstones not)."""
     if more.num_rows == 0:
         return base
+    if not more.schema.equals(schema):
+        more = conform(more, schema)
     if base.num_rows == 0:
         return more
-    if not more.schema.equals(base.schema):
-        more = conform(more, base.schema)
     return pa.concat_tables([base, more])
 
 

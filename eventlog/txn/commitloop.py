@@ -17,9 +17,8 @@ from eventlog.errors import (
     EventlogError,
     SlotStoreError,
 )
-from eventlog.log.actions import decode_commit
 from eventlog.log.audit import anchor
-from eventlog.log.commit import Commit
+from eventlog.log.commit import decode
 from eventlog.txn.attempt import CommitAttempt, CommitResult
 from lockstore import SlotClaim, SlotStoreUnavailableError, default_owner
 
@@ -146,5 +145,5 @@ class CommitLoop:
             return None  # a writer outside the slot store took this version: retry above it
         table.log.delete_staged(attempt.staged_name)
         attempt.drop_unreferenced()
-        table.note_committed(Commit(version, tuple(decode_commit(data))))
+        table.note_committed(decode(version, data))
         return attempt.result(version, attempts)

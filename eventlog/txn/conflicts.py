@@ -68,7 +68,7 @@ from eventlog.log.actions import (
     SetTransaction,
 )
 from eventlog.log.commit import Commit
-from eventlog.log.filetable import STRING_MAP, add_files, adds_table
+from eventlog.log.filetable import STRING_MAP, AddFiles, RemoveFiles, add_files, adds_table
 from eventlog.snapshot.isolation import IsolationLevel
 from eventlog.snapshot.protocol import check_supported, removed_features
 from eventlog.txn import rowlevel
@@ -138,8 +138,8 @@ class WinningCommit:
     commit_info: CommitInfo | None
     metadata: Metadata | None
     protocol: Protocol | None
-    adds: tuple[AddFile, ...]
-    removes: tuple[RemoveFile, ...]
+    adds: Sequence[AddFile]  # lazily made values over the commit's columns
+    removes: Sequence[RemoveFile]
     app_ids: frozenset[str]
     domains: tuple[DomainMetadata, ...]
     # DV bitmaps of this commit's adds that row-level resolution needs, loaded by the caller.
@@ -149,21 +149,15 @@ class WinningCommit:
 
     @staticmethod
     def of(commit: Commit, dv_bitmaps: Mapping[str, AbstractBitMap64] | None = None) -> WinningCommit:
-        # One pass over the actions: a compaction or rewrite winner carries thousands.
+        # The file actions stay columns (a compaction or rewrite winner carries thousands):
+        # values are made only for the few files a rule looks at.
         info: CommitInfo | None = None
         metadata: Metadata | None = None
         protocol: Protocol | None = None
-        adds: list[AddFile] = []
-        removes: list[RemoveFile] = []
         app_ids: set[str] = set()
         domains: list[DomainMetadata] = []
-        for action in commit.actions:
-            kind = type(action)  # exact types: actions are final dataclasses
-            if kind is AddFile:
-                adds.append(action)  # type: ignore[arg-type]
-            elif kind is RemoveFile:
-                removes.append(action)  # type: ignore[arg-type]
-            elif isinstance(action, CommitInfo):
+        for action in commit.others:
+            if isinstance(action, CommitInfo):
                 info = info or action
             elif isinstance(action, Metadata):
                 metadata = metadata or action
@@ -173,13 +167,14 @@ class WinningCommit:
                 app_ids.add(action.app_id)
             elif isinstance(action, DomainMetadata):
                 domains.append(action)
+        files = commit.file_actions
         return WinningCommit(
             version=commit.version,
             commit_info=info,
             metadata=metadata,
             protocol=protocol,
-            adds=tuple(adds),
-            removes=tuple(removes),
+            adds=AddFiles(table=files.adds),
+            removes=RemoveFiles(table=files.removes),
             app_ids=frozenset(app_ids),
             domains=tuple(domains),
             dv_bitmaps=dv_bitmaps or {},
@@ -198,6 +193,8 @@ class WinningCommit:
 
     @functools.cached_property
     def removed_paths(self) -> frozenset[str]:
+        if isinstance(self.removes, RemoveFiles):
+            return frozenset(self.removes.table.column("path").to_pylist())
         return frozenset(r.path for r in self.removes)
 
     @property

@@ -70,7 +70,7 @@ from eventlog.log.actions import (
     decode_commit,
 )
 from eventlog.log.audit import anchor, chain_commit
-from eventlog.log.commit import GROUP_FIELD, Commit, member_txn_ids
+from eventlog.log.commit import GROUP_FIELD, decode, member_txn_ids
 from eventlog.txn.attempt import CommitAttempt, CommitResult
 from eventlog.txn.conflicts import TransactionSummary, WinningCommit
 from lockstore import SlotClaim, SlotStoreUnavailableError, default_owner
@@ -388,7 +388,7 @@ class GroupCommitLoop:
             table.log.delete_staged(member.queued.name)
         if claim.staged != self.attempt.staged_name:
             table.log.delete_staged(claim.staged)
-        table.note_committed(Commit(version, tuple(decode_commit(data))))
+        table.note_committed(decode(version, data))
         return self._done(version)
 
     def _after_unknown_claim(self, version: int, claim: SlotClaim) -> CommitResult | None:

@@ -8,6 +8,7 @@ step-by-step advances, a checkpoint plus the rest) must give exactly that.
 from __future__ import annotations
 
 import orjson
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,7 +28,7 @@ from eventlog.log.actions import (
     encode_commit,
 )
 from eventlog.log.bulk import decode_file_actions, decode_per_line
-from eventlog.log.commit import Commit
+from eventlog.log.commit import COLUMNAR_BYTES, Commit
 from eventlog.log.filetable import add_files, remove_files
 from eventlog.snapshot import Snapshot
 from tests.conftest import SCHEMA, rows
@@ -242,3 +243,23 @@ def test_an_open_table_folds_only_new_commits(local_uri: str, monkeypatch: pytes
     assert first.paths() == first_paths  # the older value is untouched
     assert second.paths() == Table.open(local_uri).files()
     assert second.num_files == 5
+
+
+def test_a_big_commit_read_from_the_log_is_columns_with_the_same_actions(local_uri: str) -> None:
+    """Past 64 KB a commit is decoded into columns; its values, made on demand, are the
+    ones the per-line codec gives (file actions after the others)."""
+    t = Table.create(local_uri, SCHEMA, partition_by=["date"], properties={"delta.targetFileSize": "1"})
+    t.append(pa.table({"id": list(range(400)), "date": ["2024-01-01"] * 400, "x": list(range(400)),
+                       "y": [1.0] * 400}, schema=SCHEMA))  # fmt: skip
+    t.delete("id < 200")
+    version = t.version
+    data = t.log.read_commit(version)
+    assert data is not None and len(data) > COLUMNAR_BYTES
+    commit = Table.open(local_uri).commits_between(version, version)[0]
+    assert "actions" not in commit.__dict__  # nothing made yet
+    want = decode_commit(data)
+    assert commit.others == tuple(a for a in want if not isinstance(a, AddFile | RemoveFile))
+    assert commit.adds == [a for a in want if isinstance(a, AddFile)]
+    assert commit.removes == [a for a in want if isinstance(a, RemoveFile)]
+    assert len(commit.removes) == 200 and all(r.stats for r in commit.removes)
+    assert sorted(map(repr, commit.actions)) == sorted(map(repr, want))
