@@ -20,6 +20,7 @@ import logging
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.json as pajson
 
@@ -141,6 +142,7 @@ class BulkDecoder:
 
     def __init__(self, partition_columns: Sequence[str] = ()) -> None:
         self.partition_columns: list[str] = list(partition_columns)
+        self._columns_known = bool(partition_columns)
         self.headers: list[CommitHeader] = []
         self._lines: dict[str, list[bytes]] = {"add": [], "remove": []}
         self._counts: dict[str, list[tuple[int, int]]] = {"add": [], "remove": []}  # (version, lines)
@@ -175,6 +177,8 @@ class BulkDecoder:
 
     def _body(self, version: int, body: bytes, actions: list[Action]) -> None:
         """Whole lines of one commit: a run of add lines is parsed in place, else split."""
+        if not self._columns_known:
+            self._learn_columns(body)
         lines = body.count(b"\n") + (not body.endswith(b"\n"))
         if body.startswith(_ADD_PREFIX) and body.count(b"\n" + _ADD_PREFIX) == lines - 1 and lines > 1:
             self._flush()
@@ -199,9 +203,25 @@ class BulkDecoder:
                     if self._parsed_any or any(self._lines.values()):
                         raise _ColumnsChanged("the partition columns change within the commits")
                     self.partition_columns = list(action.partition_columns)
+                self._columns_known |= isinstance(action, Metadata)
             actions.extend(decoded)
         self._gather(version, "add", adds)
         self._gather(version, "remove", removes)
+
+    def _learn_columns(self, body: bytes) -> None:
+        """With no metaData to go by (one commit read on its own), take the partition
+        columns from the first file action's ``partitionValues`` keys: every file of a
+        table has the same ones (a file that differs sends the batch to the exact codec)."""
+        for prefix, kind in ((_ADD_PREFIX, "add"), (_REMOVE_PREFIX, "remove")):
+            at = 0 if body.startswith(prefix) else body.find(b"\n" + prefix) + 1
+            if at == 0 and not body.startswith(prefix):
+                continue
+            end = body.find(b"\n", at)
+            values = orjson.loads(body[at : end if end >= 0 else len(body)])[kind].get("partitionValues")
+            if isinstance(values, dict):
+                self.partition_columns = [str(k) for k in values]
+                self._columns_known = True
+                return
 
     def _gather(self, version: int, kind: str, lines: list[bytes]) -> None:
         if not lines:
