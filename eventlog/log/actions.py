@@ -133,6 +133,13 @@ def _string_map(value: Any, field: str) -> dict[str, str | None]:
     return out
 
 
+def _tags(value: Any) -> dict[str, str] | None:
+    """``tags``: a string map whose null values mean absent keys."""
+    if value is None:
+        return None
+    return {k: v for k, v in _string_map(value, "tags").items() if v is not None}
+
+
 def _param_str(value: Any) -> str:
     return value if isinstance(value, str) else orjson.dumps(value).decode()
 
@@ -282,7 +289,7 @@ class AddFile:
             modification_time=int(d.get("modificationTime") or 0),
             data_change=bool(d.get("dataChange", True)),
             stats=stats if stats is None or isinstance(stats, str) else orjson.dumps(stats).decode(),
-            tags=_string_map(tags, "tags") if tags is not None else None,
+            tags=_tags(tags),
             deletion_vector=DeletionVectorDescriptor.from_json(dv) if dv else None,
             base_row_id=d.get("baseRowId"),
             default_row_commit_version=d.get("defaultRowCommitVersion"),

@@ -202,7 +202,7 @@ class FileActions:
 
     @property
     def is_empty(self) -> bool:
-        return self.adds.num_rows == 0 and self.removes.num_rows == 0
+        return int(self.adds.num_rows) == 0 and int(self.removes.num_rows) == 0
 
 
 # --------------------------------------------------------------------------- columns -> objects

@@ -58,12 +58,12 @@ def load_snapshot(commitlog: CommitLog, version: int | None) -> Snapshot:
     log = commitlog.log
     pointed = _pointed_checkpoint(commitlog, version)
     if pointed is not None:
-        base, cp = pointed
+        checkpointed, cp = pointed
         commitlog.note_listed(cp)
         latest = commitlog.latest_version()
         target = latest if version is None else version
         if target >= cp:
-            return _advance(commitlog, base, target)
+            return _advance(commitlog, checkpointed, target)
     names = log.list_log()
     listed = LogStore.commit_version_bounds(names)
     if listed:

@@ -254,7 +254,7 @@ class Snapshot:
 
     @property
     def num_files(self) -> int:
-        return self.live_files.num_rows
+        return int(self.live_files.num_rows)
 
     def paths(self) -> list[str]:
         """Relative paths of the live files, sorted."""
