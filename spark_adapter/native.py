@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from functools import reduce
@@ -376,14 +377,33 @@ def file_uri(root: str, path: str) -> str:
     return f"{root.rstrip('/')}/{unquote(path)}"
 
 
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]+")  # a file name no URI encoding can change
+
+
 def _qualified_paths(spark: SparkSession, paths: Sequence[str]) -> list[str]:
-    """``_metadata.file_path`` as Spark will report it for each Hadoop path."""
+    """``_metadata.file_path`` as Spark will report it for each Hadoop path.
+
+    The JVM qualifies each distinct directory once (a call per partition, not per file);
+    a file name of plain characters is then appended as it is, and any other file name is
+    qualified whole by the JVM, so the result is always Hadoop's own spelling.
+    """
     jvm: Any = spark.sparkContext._jvm
     conf = spark.sparkContext._jsc.hadoopConfiguration()
+
+    def qualify(path: str) -> str:
+        hp = jvm.org.apache.hadoop.fs.Path(path)
+        return str(hp.getFileSystem(conf).makeQualified(hp).toUri().toString())
+
+    directories: dict[str, str] = {}
     out = []
     for p in paths:
-        hp = jvm.org.apache.hadoop.fs.Path(p)
-        out.append(str(hp.getFileSystem(conf).makeQualified(hp).toUri().toString()))
+        head, _, name = p.rpartition("/")
+        if head and _PLAIN_NAME.fullmatch(name):
+            if head not in directories:
+                directories[head] = qualify(head).rstrip("/")
+            out.append(f"{directories[head]}/{name}")
+        else:
+            out.append(qualify(p))
     return out
 
 

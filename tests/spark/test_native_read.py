@@ -139,6 +139,23 @@ def test_many_partitions_use_one_scan_and_a_join(
 # --------------------------------------------------------------------------- pruning
 
 
+def test_paths_are_qualified_per_directory_exactly_as_hadoop_spells_them(spark: Any, tmp_path: Path) -> None:
+    """The many-partition join matches rows to files by ``_metadata.file_path``: qualifying a
+    directory once and appending plain file names must give Hadoop's own spelling."""
+    root = tmp_path / "q"
+    names = ["part-00000-0f3c.c000.snappy.parquet", "odd name ü%3A.parquet", "x[1]*.parquet"]
+    dirs = ["p=a", "p=ü %3A [x]*", "p=a/q=2024-01-01 00%3A00%3A00"]
+    paths = [f"file://{root}/{d}/{n}" for d in dirs for n in names]
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+
+    def one_by_one(p: str) -> str:
+        hp = jvm.org.apache.hadoop.fs.Path(p)
+        return str(hp.getFileSystem(conf).makeQualified(hp).toUri().toString())
+
+    assert native_module._qualified_paths(spark, paths) == [one_by_one(p) for p in paths]
+
+
 def test_where_prunes_partitions_and_skips_files_before_spark_plans(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "pruned")
     table = Table.create(uri, pa.schema([("id", pa.int64()), ("p", pa.string())]), partition_by=["p"])
