@@ -26,7 +26,16 @@ from eventlog.files.stats import stats_table
 from eventlog.log.actions import AddFile
 from eventlog.log.filetable import add_files, adds_table
 
-__all__ = ["FileIndex", "data_schema", "file_stats", "partition_table", "prune_files", "prune_table"]
+__all__ = [
+    "FileIndex",
+    "data_schema",
+    "file_stats",
+    "partition_strings",
+    "partition_table",
+    "prune_files",
+    "prune_table",
+    "typed_partition_values",
+]
 
 
 def data_schema(schema: pa.Schema, partition_columns: Sequence[str]) -> pa.Schema:
@@ -37,26 +46,34 @@ def data_schema(schema: pa.Schema, partition_columns: Sequence[str]) -> pa.Schem
 
 def partition_table(files: pa.Table, partition_schema: pa.Schema) -> pa.Table:
     """Typed partition values of ``files`` (add rows), one row each (missing key or "" = null)."""
-    names = partition_schema.names
-    chunks = [_partition_strings(chunk, names) for chunk in files.column("partitionValues").chunks]
+    return typed_partition_values(partition_strings(files.column("partitionValues"), partition_schema.names),
+                                  partition_schema)  # fmt: skip
+
+
+def typed_partition_values(raw: Sequence[pa.Array], partition_schema: pa.Schema) -> pa.Table:
+    """Partition values given as strings (one array per partition column, as in
+    ``partitionValues``) typed as the schema says; "" and null are null."""
     columns = []
-    for i, f in enumerate(partition_schema):
-        if files.num_rows == 0:
-            columns.append(pa.array([], f.type))
-            continue
-        raw = pa.concat_arrays([c[i] for c in chunks]) if len(chunks) > 1 else chunks[0][i]
-        raw = pc.if_else(pc.equal(raw, ""), pa.scalar(None, pa.string()), raw)
-        columns.append(_cast_strings(raw, f.type, functools.partial(_decode_as, f.type)))
+    for values, f in zip(raw, partition_schema, strict=True):
+        values = pc.if_else(pc.equal(values, ""), pa.scalar(None, pa.string()), values)
+        columns.append(_cast_strings(values, f.type, functools.partial(_decode_as, f.type)))
     return pa.Table.from_arrays(columns, schema=pa.schema([f.with_nullable(True) for f in partition_schema]))
 
 
-def _partition_strings(maps: pa.MapArray, names: Sequence[str]) -> list[pa.Array]:
-    """The string value of each partition column in each map of ``maps``.
+def partition_strings(values: pa.ChunkedArray | pa.MapArray, names: Sequence[str]) -> list[pa.Array]:
+    """The string value of each partition column in each row of a ``partitionValues`` map
+    column (null where the key is missing).
 
     Writers give every file the same keys in the same order, so the common case is read
     straight from the map's flat items (a slice, or a strided take); other layouts go
     through Arrow's per-row key lookup.
     """
+    if isinstance(values, pa.ChunkedArray):
+        chunks = [partition_strings(chunk, names) for chunk in values.chunks]
+        if not chunks:
+            return [pa.array([], pa.string()) for _ in names]
+        return [pa.concat_arrays([c[i] for c in chunks]) for i in range(len(names))]
+    maps = values
     n, k = len(maps), len(names)
     if n and k and maps.null_count == 0:
         offsets = maps.offsets.to_numpy()
@@ -72,7 +89,8 @@ def _partition_strings(maps: pa.MapArray, names: Sequence[str]) -> list[pa.Array
                 out.append(items.slice(start, n) if index is None else items.take(index))
             else:
                 return out
-    return [pc.map_lookup(maps, pa.scalar(name), "first") for name in names]
+    # "last": a map holds each key once, and Arrow's "first" lookup is many times slower.
+    return [pc.map_lookup(maps, pa.scalar(name), "last") for name in names]
 
 
 def _decode_as(t: pa.DataType, value: str) -> object:

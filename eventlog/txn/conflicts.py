@@ -57,7 +57,7 @@ from eventlog.errors import (
     ProtocolChangedException,
 )
 from eventlog.expr import Expr, Literal, evaluate_mask, may_match_mask
-from eventlog.files.pruning import file_stats, partition_table
+from eventlog.files.pruning import file_stats, partition_strings, typed_partition_values
 from eventlog.log.actions import (
     AddFile,
     CommitInfo,
@@ -68,7 +68,7 @@ from eventlog.log.actions import (
     SetTransaction,
 )
 from eventlog.log.commit import Commit
-from eventlog.log.filetable import STRING_MAP, AddFiles, RemoveFiles, add_files, adds_table
+from eventlog.log.filetable import AddFiles, RemoveFiles, add_files, adds_table
 from eventlog.snapshot.isolation import IsolationLevel
 from eventlog.snapshot.protocol import check_supported, removed_features
 from eventlog.txn import rowlevel
@@ -402,7 +402,7 @@ def _first_matching(
     # Evaluate each distinct partition once (a 10,000-file winner usually spans few), in
     # order of first appearance, so the first hit is also the first matching file.
     names = partition_schema.names
-    raw = _partition_strings(candidates.column("partitionValues"), names)
+    raw = partition_strings(candidates.column("partitionValues"), names)
     if len(raw) == 1:
         distinct = [pc.unique(raw[0])]
         first_rows = None  # looked up for the hit only
@@ -413,9 +413,7 @@ def _first_matching(
         groups = groups.sort_by("row_min")
         distinct = [groups.column(k).combine_chunks() for k in keys]
         first_rows = groups.column("row_min").to_numpy()
-    partitions = partition_table(
-        pa.table({"partitionValues": _string_maps(names, distinct)}), partition_schema
-    )
+    partitions = typed_partition_values(distinct, partition_schema)
     for pred in dict.fromkeys(predicates):  # de-duplicated, order kept
         hit = pc.index(evaluate_mask(pred, partitions), True).as_py()
         if hit < 0:
@@ -431,45 +429,6 @@ def _first_matching(
             )
         return add_files(candidates.slice(row, 1))[0]
     return None
-
-
-def _string_maps(names: Sequence[str], columns: Sequence[pa.Array]) -> pa.MapArray:
-    """A ``partitionValues`` column whose row i maps ``names[j]`` to ``columns[j][i]``."""
-    n, k = len(columns[0]), len(names)
-    offsets = pa.array(np.arange(0, n * k + 1, k, dtype=np.int32))
-    if k == 1:
-        items = columns[0]
-    else:  # row-major: entry j of row i is columns[j][i]
-        order = (np.arange(k)[None, :] * n + np.arange(n)[:, None]).ravel()
-        items = pa.concat_arrays(list(columns)).take(pa.array(order))
-    keys = pa.array(np.tile(np.array(names, dtype=object), n), pa.string())
-    return pa.MapArray.from_arrays(offsets, keys, items, type=STRING_MAP)
-
-
-def _partition_strings(values: pa.ChunkedArray, names: Sequence[str]) -> list[pa.Array]:
-    """The raw (string) value of each partition column in each row of a ``partitionValues``
-    map column; null where the key is missing."""
-    if isinstance(values, pa.ChunkedArray):
-        values = values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()
-    arr = values
-    k, n = len(names), len(arr)
-    offsets = arr.offsets.to_numpy()
-    if n and arr.null_count == 0 and bool(np.all(np.diff(offsets) == k)):
-        # The usual layout (every writer's): each map holds the partition keys in schema
-        # order, so column j is every k-th entry from j. Checked, then taken without lookups.
-        start = int(offsets[0])
-        keys, items = arr.keys.slice(start, n * k), arr.items.slice(start, n * k)
-        out = []
-        for j, name in enumerate(names):
-            at = pa.array(np.arange(j, n * k, k, dtype=np.int64)) if k > 1 else None
-            key = keys if at is None else keys.take(at)
-            if not pc.all(pc.equal(key, name)).as_py():
-                break
-            out.append(items if at is None else items.take(at))
-        else:
-            return out
-    # "last": a map holds each key once, and Arrow's "first" lookup is many times slower.
-    return [pc.map_lookup(arr, pa.scalar(name), "last") for name in names]
 
 
 def _check_deleted_files_read(txn: TransactionSummary, winner: WinningCommit) -> None:
