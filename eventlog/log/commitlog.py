@@ -41,6 +41,7 @@ from lockstore.registry import ENV_VAR, open_slot_store, release_slot_store
 logger = logging.getLogger("eventlog.log.commitlog")
 
 _COMMIT_CACHE_SIZE = 512
+_FIRST_READ = 1 << 16
 # For slot stores that cannot tell whether a writer lives: how old a claim with a lost
 # staged file must be before it is repaired.
 REPAIR_GRACE_SECONDS = 300.0
@@ -372,8 +373,8 @@ class CommitLog:
         if f is None:
             raise self._gap(version)
         with f:
-            first = f.read(CHUNK_BYTES)
-            if len(first) < CHUNK_BYTES:  # the whole (small) commit
+            first = f.read(_FIRST_READ)  # most commits are small: no 16 MB buffer for them
+            if len(first) < _FIRST_READ:  # the whole (small) commit
                 if note_digest:
                     self._note_digest(version, first)  # what the next commit chains to
                 yield first
