@@ -140,11 +140,7 @@ class CommitLog:
             return known
         data = self.log.read_commit(version)
         if data is None:
-            raise CorruptLogError(
-                f"{self.uri}: the commit log has a gap: version {version} is missing",
-                uri=self.uri,
-                version=version,
-            )
+            raise self._gap(version)
         return self._note_digest(version, data)
 
     def _note_digest(self, version: int, data: bytes) -> str:
@@ -397,19 +393,21 @@ class CommitLog:
         try:
             return decode_per_line(raw)
         except ActionDecodeError as exc:
-            version = exc.version if exc.version is not None else first
-            raise CorruptLogError(
-                f"{self.uri}: corrupt commit {version} ({self.log.commit_path(version)}) {exc}",
-                uri=self.uri,
-                version=version,
-                line=exc.line,
-            ) from exc
+            raise self._corrupt(exc.version if exc.version is not None else first, exc) from exc
 
     def _gap(self, version: int) -> CorruptLogError:
         return CorruptLogError(
             f"{self.uri}: the commit log has a gap: version {version} is missing",
             uri=self.uri,
             version=version,
+        )
+
+    def _corrupt(self, version: int, exc: ActionDecodeError) -> CorruptLogError:
+        return CorruptLogError(
+            f"{self.uri}: corrupt commit {version} ({self.log.commit_path(version)}) {exc}",
+            uri=self.uri,
+            version=version,
+            line=exc.line,
         )
 
     def read_commit(self, version: int, *, required: bool) -> Commit | None:
@@ -421,21 +419,12 @@ class CommitLog:
         if data is None:
             if not required:
                 return None
-            raise CorruptLogError(
-                f"{self.uri}: the commit log has a gap: version {version} is missing",
-                uri=self.uri,
-                version=version,
-            )
+            raise self._gap(version)
         self._note_digest(version, data)
         try:
             commit = decode(version, data)
         except ActionDecodeError as exc:
-            raise CorruptLogError(
-                f"{self.uri}: corrupt commit {version} ({self.log.commit_path(version)}) {exc}",
-                uri=self.uri,
-                version=version,
-                line=exc.line,
-            ) from exc
+            raise self._corrupt(version, exc) from exc
         with self._lock:
             self._cache(commit)
         return commit

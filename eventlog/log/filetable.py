@@ -359,8 +359,8 @@ class AddFiles(ActionSequence[AddFile]):
 
 
 class RemoveFiles(ActionSequence[RemoveFile]):
-    """``remove`` actions (tombstones): a :data:`~eventlog.log.filetable.REMOVE_SCHEMA`
-    table (which keeps neither ``stats`` nor ``tags``)."""
+    """``remove`` actions: a :data:`REMOVE_SCHEMA` table (tombstones, without stats), or a
+    commit's :data:`REMOVE_ACTION_SCHEMA` table (with them)."""
 
     __slots__ = ()
     SCHEMA = REMOVE_SCHEMA
