@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Self
 
+import fsspec
 import pyarrow as pa
 
 from eventlog import expr as ex
@@ -50,7 +51,13 @@ from eventlog.snapshot.replay import diff as diff_snapshots
 from eventlog.snapshot.timeline import commit_history, timestamp_ms, version_at
 from eventlog.txn.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from eventlog.txn.transaction import CommitResult
-from eventlog.userinput import check_local_path, check_optional_text, check_uri, parse_interval_ms
+from eventlog.userinput import (
+    check_local_path,
+    check_optional_text,
+    check_storage_options,
+    check_uri,
+    parse_interval_ms,
+)
 from lockstore import SlotStore
 
 
@@ -99,8 +106,14 @@ class Table:
         retry_policy: RetryPolicy | None = None,
         app_id: str | None = None,
         audit_key: bytes | str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        filesystem: fsspec.AbstractFileSystem | None = None,
     ) -> Table:
         """Create a table as version 0, empty or holding ``data`` (CREATE TABLE AS SELECT).
+
+        ``storage_options`` (credentials, endpoint... for the URI's scheme, passed to
+        fsspec) or ``filesystem`` (an fsspec file system used as it is): see
+        :func:`eventlog.log.storage.normalize_uri`.
 
         ``audit_key`` (default ``$EVENTLOG_AUDIT_KEY``): HMAC every commit this handle
         writes (:mod:`eventlog.log.audit`); commits are hash-chained either way.
@@ -110,7 +123,7 @@ class Table:
         ProtocolChangedException with the empty-directory hint (Delta's behaviour).
         Text arguments are validated first (:mod:`eventlog.userinput`).
         """
-        log = _log_store(uri)
+        log = _log_store(uri, storage_options, filesystem)
         name = check_optional_text(name, "table name")
         description = check_optional_text(description, "table description")
         table = cls._with_slots(log, slots, retry_policy=retry_policy, app_id=app_id, audit_key=audit_key)
@@ -157,8 +170,12 @@ class Table:
         app_id: str | None = None,
         group_commit: bool = False,
         audit_key: bytes | str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        filesystem: fsspec.AbstractFileSystem | None = None,
     ) -> Table:
         """Open an existing table at its latest version. TableNotFoundError if absent.
+
+        ``storage_options``/``filesystem``: as for :meth:`create`.
 
         ``audit_key`` (default ``$EVENTLOG_AUDIT_KEY``): HMAC every commit this handle
         writes, and check HMACs in :meth:`verify`.
@@ -167,7 +184,7 @@ class Table:
         ones (:mod:`eventlog.txn.groupcommit`; any slot store, best with one that notifies
         waiters: ZooKeeper or in-memory).
         """
-        log = _log_store(uri)
+        log = _log_store(uri, storage_options, filesystem)
         table = cls._with_slots(
             log, slots, retry_policy=retry_policy, app_id=app_id, group_commit=group_commit,
             audit_key=audit_key,
@@ -181,13 +198,20 @@ class Table:
         return table
 
     @classmethod
-    def handle(cls, uri: str | os.PathLike[str], slots: SlotsSpec = None) -> Table:
+    def handle(
+        cls,
+        uri: str | os.PathLike[str],
+        slots: SlotsSpec = None,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        filesystem: fsspec.AbstractFileSystem | None = None,
+    ) -> Table:
         """A handle that has read nothing yet (no recovery runs until it is used).
 
         For operations tools (``slots status``, ``slots repair --dry-run``) that must look
         at the slots before anything acts on them.
         """
-        return cls._with_slots(_log_store(uri), slots)
+        return cls._with_slots(_log_store(uri, storage_options, filesystem), slots)
 
     @classmethod
     def _with_slots(cls, log: LogStore, slots: SlotsSpec, **options: Any) -> Table:
@@ -535,6 +559,8 @@ def write_table(
     replace_where: str | None = None,
     schema_mode: str | None = None,
     slots: SlotsSpec = None,
+    storage_options: Mapping[str, Any] | None = None,
+    filesystem: fsspec.AbstractFileSystem | None = None,
 ) -> CommitResult:
     """Write ``data`` to the table at ``uri``, creating it when the path holds none.
 
@@ -544,16 +570,17 @@ def write_table(
     """
     if mode not in ("append", "overwrite", "error", "ignore"):
         raise InvalidInputError(f"mode must be append, overwrite, error or ignore; got {mode!r}")
-    log = _log_store(uri)
+    log = _log_store(uri, storage_options, filesystem)
+    where: dict[str, Any] = {"storage_options": storage_options, "filesystem": filesystem}
     if not LogStore.commit_versions(log.list_log()):
         try:
-            table = Table.create(uri, None, partition_by, properties, slots, data=data)
+            table = Table.create(uri, None, partition_by, properties, slots, data=data, **where)
         except TableAlreadyExistsError:
             pass  # created meanwhile: fall through to the existing-table path
         else:
             info = table.history(1)[0]
             return CommitResult(0, 1, info["operation"], info.get("operationMetrics", {}), info["txnId"])
-    table = Table.open(uri, slots)
+    table = Table.open(uri, slots, **where)
     if mode == "error":
         raise TableAlreadyExistsError(table.uri, table.version)
     if mode == "ignore":
@@ -567,13 +594,25 @@ def write_table(
     return table.overwrite(data, replace_where=replace_where, schema_mode=schema_mode)
 
 
-def _log_store(uri: str | os.PathLike[str]) -> LogStore:
-    """The LogStore of a validated table URI; InvalidInputError for an unknown scheme."""
+def _log_store(
+    uri: str | os.PathLike[str],
+    storage_options: Mapping[str, Any] | None = None,
+    filesystem: fsspec.AbstractFileSystem | None = None,
+) -> LogStore:
+    """The LogStore of a validated table URI; InvalidInputError for an unknown scheme or
+    file-system options the scheme's fsspec implementation does not take."""
     checked = check_uri(uri)
+    options = check_storage_options(storage_options)
+    if filesystem is not None and not isinstance(filesystem, fsspec.AbstractFileSystem):
+        raise InvalidInputError(
+            f"filesystem must be an fsspec AbstractFileSystem, not {type(filesystem).__name__}"
+        )
+    if filesystem is not None and options:
+        raise InvalidInputError("pass storage_options or filesystem, not both (a file system has its own)")
     try:
-        log = LogStore(checked)
-    except ValueError as exc:  # fsspec: "Protocol not known: foo"
-        raise InvalidInputError(f"cannot use table URI {checked!r}: {exc}") from exc
+        log = LogStore(checked, storage_options=options, filesystem=filesystem)
+    except (ValueError, TypeError) as exc:  # fsspec: "Protocol not known: foo"; unknown option
+        raise InvalidInputError(f"cannot use table URI {checked!r}: {type(exc).__name__}: {exc}") from exc
     if log.is_local:
         check_local_path(log.root)
     return log

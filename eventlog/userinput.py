@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import pyarrow as pa
 
@@ -138,6 +139,20 @@ def check_string_list(values: object, what: str) -> list[str]:
             reason="not a list",
         )
     return [check_text(v, what, allow_empty=False) for v in values]
+
+
+def check_storage_options(options: object) -> dict[str, Any]:
+    """``storage_options``: None or a mapping from option names (non-empty strings) to
+    values, passed to fsspec; the values are the file system's business."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise InvalidTextError(
+            f"storage_options must be a dict of option names to values, got {type(options).__name__}",
+            argument="storage option",
+            reason="not a mapping",
+        )
+    return {check_text(k, "storage option", allow_empty=False): v for k, v in options.items()}
 
 
 def check_app_id(app_id: object) -> str:

@@ -49,10 +49,21 @@ def file_mtime_ms(info: Mapping[str, Any]) -> int | None:
     return None
 
 
-def normalize_uri(uri: str | os.PathLike[str]) -> tuple[fsspec.AbstractFileSystem, str, str]:
-    """(filesystem, root path in the filesystem's form, canonical URI)."""
+def normalize_uri(
+    uri: str | os.PathLike[str],
+    storage_options: Mapping[str, Any] | None = None,
+    filesystem: fsspec.AbstractFileSystem | None = None,
+) -> tuple[fsspec.AbstractFileSystem, str, str]:
+    """(filesystem, root path in the filesystem's form, canonical URI).
+
+    ``storage_options`` go to fsspec for the URI's scheme (credentials, endpoint...), as in
+    ``fsspec.open``, pandas and ``deltalake``; ``filesystem`` is an fsspec file system to use
+    as it is (its own options apply)."""
     text = os.fspath(uri)
-    fs, root = fsspec.core.url_to_fs(text)
+    if filesystem is not None:
+        fs, root = filesystem, filesystem._strip_protocol(text)
+    else:
+        fs, root = fsspec.core.url_to_fs(text, **dict(storage_options or {}))
     root = root.rstrip("/") or "/"
     if isinstance(fs, LocalFileSystem):
         root = os.path.abspath(root)
@@ -65,8 +76,14 @@ def normalize_uri(uri: str | os.PathLike[str]) -> tuple[fsspec.AbstractFileSyste
 class LogStore:
     """Reads and writes the commit files of one table."""
 
-    def __init__(self, uri: str | os.PathLike[str]) -> None:
-        self.fs, self.root, self.uri = normalize_uri(uri)
+    def __init__(
+        self,
+        uri: str | os.PathLike[str],
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        filesystem: fsspec.AbstractFileSystem | None = None,
+    ) -> None:
+        self.fs, self.root, self.uri = normalize_uri(uri, storage_options, filesystem)
         self.is_local = isinstance(self.fs, LocalFileSystem)
         self.log_dir = f"{self.root}/{LOG_DIR}"
         self.staged_dir = f"{self.log_dir}/{STAGED_DIR}"
