@@ -89,6 +89,13 @@ class LogStore:
         self.staged_dir = f"{self.log_dir}/{STAGED_DIR}"
         self._made_dirs = False
 
+    def _fresh(self, path: str) -> fsspec.AbstractFileSystem:
+        """The file system, with what it cached about ``path`` forgotten: object-store
+        clients (s3fs) cache listings, and other writers' commits must be seen."""
+        if not self.is_local:
+            self.fs.invalidate_cache(path)
+        return self.fs
+
     # ------------------------------------------------------------------ paths
 
     def commit_path(self, version: int) -> str:
@@ -107,7 +114,7 @@ class LogStore:
             except FileNotFoundError:
                 return []
         try:
-            return [p.rsplit("/", 1)[-1] for p in self.fs.ls(self.log_dir, detail=False)]
+            return [p.rsplit("/", 1)[-1] for p in self._fresh(self.log_dir).ls(self.log_dir, detail=False)]
         except FileNotFoundError:
             return []
 
@@ -157,14 +164,14 @@ class LogStore:
         path = self.commit_path(version)
         if self.is_local:
             return os.path.exists(path)
-        return bool(self.fs.exists(path))
+        return bool(self._fresh(path).exists(path))
 
     def commit_mtime_ms(self, version: int) -> int | None:
         path = self.commit_path(version)
         try:
             if self.is_local:
                 return int(os.stat(path).st_mtime * 1000)
-            info = self.fs.info(path)
+            info = self._fresh(path).info(path)
         except FileNotFoundError:
             return None
         return file_mtime_ms(info)
@@ -195,7 +202,9 @@ class LogStore:
         try:
             if self.is_local:
                 return os.listdir(self.staged_dir)
-            return [p.rsplit("/", 1)[-1] for p in self.fs.ls(self.staged_dir, detail=False)]
+            return [
+                p.rsplit("/", 1)[-1] for p in self._fresh(self.staged_dir).ls(self.staged_dir, detail=False)
+            ]
         except FileNotFoundError:
             return []
 
@@ -236,7 +245,7 @@ class LogStore:
                 # owner cleaned up): fall back to an exclusive write of the bytes.
                 return self._exclusive_local_write(target, data)
         with _MEMORY_LOCK:
-            if self.fs.exists(target):
+            if self._fresh(target).exists(target):
                 return False
             self.fs.pipe_file(target, data)
             return True
@@ -269,7 +278,7 @@ class LogStore:
         if self.is_local:
             return self._exclusive_local_write(self.commit_path(version), data)
         with _MEMORY_LOCK:
-            if self.fs.exists(self.commit_path(version)):
+            if self._fresh(self.commit_path(version)).exists(self.commit_path(version)):
                 return False
             self.fs.pipe_file(self.commit_path(version), data)
             return True
