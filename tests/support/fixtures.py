@@ -1,4 +1,4 @@
-"""pytest fixtures for tests that need a real ZooKeeper.
+"""pytest fixtures for tests that need a real ZooKeeper or a real S3 API.
 
 ``zk_hosts``          session: connection string of the suite's one server, started on first use.
 ``zk_chroot``         function: ``zk_hosts`` plus a fresh chroot (``/t-<uuid>``), deleted afterwards.
@@ -10,13 +10,31 @@
                       client keeps reconnecting after its server stops, printing errors after the
                       test run. Servers stop only after their clients are stopped.
 
+``s3_server``           session: endpoint URL (``http://127.0.0.1:PORT``) of the suite's one S3 API,
+                      moto's standalone server in its own process (tests/support/s3server.py),
+                      started on first use; writer processes a test starts reach it too.
+``s3_fake_aws_env``     function: every ``AWS_*`` variable of the environment removed, then fake
+                      credentials (``testing``), region ``us-east-1``, no config files and no
+                      instance metadata set: a client given incomplete options cannot find real
+                      credentials. Processes the test starts inherit it. No endpoint is set in
+                      the environment, so an option not passed through fails instead of passing.
+``s3_bucket``           function: a fresh, empty bucket (``eventlog-<uuid>``), emptied and deleted
+                      afterwards.
+``s3_uri``              function: ``s3://<fresh bucket>/table``.
+``s3_storage_options``  function: what a user passes to fsspec/s3fs (``storage_options=``):
+                      ``{"endpoint_url": ..., "key": "testing", "secret": "testing"}``.
+``deltalake_s3_options`` function: the same for ``deltalake`` (``AWS_ENDPOINT_URL``, keys, region,
+                      ``AWS_ALLOW_HTTP``). deltalake >= 1.0 commits with ``If-None-Match: *`` by
+                      default, which the server honours: no locking provider or unsafe rename.
+
 Load them with ``from tests.support.fixtures import *`` in a conftest, or ``-p tests.support.fixtures``.
-Missing Java or ZooKeeper makes these fixtures fail (never skip) with instructions.
+Missing Java or ZooKeeper, or moto[server], makes these fixtures fail (never skip) with instructions.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import threading
 import time
 import uuid
@@ -25,6 +43,13 @@ from typing import Any, NoReturn
 
 import pytest
 
+from tests.support.s3server import (
+    ACCESS_KEY,
+    REGION,
+    SECRET_KEY,
+    S3ServerUnavailable,
+    start_s3_server_for_tests,
+)
 from tests.support.zkserver import (
     ZooKeeperEnsemble,
     ZooKeeperUnavailable,
@@ -33,6 +58,12 @@ from tests.support.zkserver import (
 )
 
 __all__ = [
+    "deltalake_s3_options",
+    "s3_bucket",
+    "s3_fake_aws_env",
+    "s3_server",
+    "s3_storage_options",
+    "s3_uri",
     "zk_chroot",
     "zk_chroot_factory",
     "zk_clients_closed",
@@ -238,3 +269,119 @@ def zk_ensemble_all_nodes_up(request: pytest.FixtureRequest) -> None:
         ensemble: ZooKeeperEnsemble = request.getfixturevalue("zk_ensemble")
         if len(ensemble.running()) < ensemble.size:
             ensemble.heal()
+
+
+# ---------------------------------------------------------------------------------------------
+# S3
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[str]:
+    """Endpoint URL ("http://127.0.0.1:PORT") of the S3 API shared by the whole test run."""
+    problem = ""
+    try:
+        endpoint, stop = start_s3_server_for_tests()
+    except S3ServerUnavailable as exc:
+        problem = str(exc)
+    if problem:
+        _fail(problem)
+    try:
+        yield endpoint
+    finally:
+        stop()
+
+
+@pytest.fixture
+def s3_fake_aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fake AWS credentials and nothing else of the machine's AWS set-up (see the module doc)."""
+    for name in list(os.environ):
+        if name.upper().startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_REGION", REGION)
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    for name in ("NO_PROXY", "no_proxy"):
+        current = os.environ.get(name, "")
+        monkeypatch.setenv(name, ",".join(filter(None, [current, "127.0.0.1", "localhost"])))
+
+
+_s3_admin_clients: dict[str, Any] = {}
+
+
+def s3_admin_client(endpoint: str) -> Any:
+    """A boto3 S3 client of ``endpoint`` with the fake credentials, bounded timeouts and retries
+    (one per endpoint, reused; create it with ``s3_fake_aws_env`` in force)."""
+    client = _s3_admin_clients.get(endpoint)
+    if client is None:
+        import boto3  # type: ignore[import-untyped]
+        from botocore.config import Config  # type: ignore[import-untyped]
+
+        client = boto3.session.Session().client(
+            "s3",
+            endpoint_url=endpoint,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            region_name=REGION,
+            config=Config(
+                connect_timeout=5, read_timeout=30, retries={"max_attempts": 3, "mode": "standard"}
+            ),
+        )
+        _s3_admin_clients[endpoint] = client
+    return client
+
+
+def _delete_bucket(client: Any, bucket: str) -> None:
+    """Delete every object and unfinished multipart upload of ``bucket``, then the bucket."""
+    from botocore.exceptions import ClientError  # type: ignore[import-untyped]
+
+    try:
+        for upload in client.list_multipart_uploads(Bucket=bucket).get("Uploads", []):
+            client.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+            keys = [{"Key": item["Key"]} for item in page.get("Contents", [])]
+            if keys:
+                client.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+        client.delete_bucket(Bucket=bucket)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "NoSuchBucket":  # the test deleted it
+            raise
+
+
+@pytest.fixture
+def s3_bucket(s3_server: str, s3_fake_aws_env: None) -> Iterator[str]:
+    """A fresh, empty bucket on the session's S3 server; emptied and deleted after the test."""
+    client = s3_admin_client(s3_server)
+    bucket = f"eventlog-{uuid.uuid4().hex}"
+    client.create_bucket(Bucket=bucket)
+    try:
+        yield bucket
+    finally:
+        _delete_bucket(client, bucket)
+
+
+@pytest.fixture
+def s3_uri(s3_bucket: str) -> str:
+    """``s3://<fresh bucket>/table``: a table location nobody has written to."""
+    return f"s3://{s3_bucket}/table"
+
+
+@pytest.fixture
+def s3_storage_options(s3_server: str, s3_fake_aws_env: None) -> dict[str, str]:
+    """fsspec/s3fs ``storage_options`` for the session's S3 server (all values strings)."""
+    return {"endpoint_url": s3_server, "key": ACCESS_KEY, "secret": SECRET_KEY}
+
+
+@pytest.fixture
+def deltalake_s3_options(s3_server: str, s3_fake_aws_env: None) -> dict[str, str]:
+    """``deltalake`` ``storage_options`` for the session's S3 server."""
+    return {
+        "AWS_ENDPOINT_URL": s3_server,
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+        "AWS_REGION": REGION,
+        "AWS_ALLOW_HTTP": "true",
+    }
