@@ -615,4 +615,13 @@ def _log_store(
         raise InvalidInputError(f"cannot use table URI {checked!r}: {type(exc).__name__}: {exc}") from exc
     if log.is_local:
         check_local_path(log.root)
+    elif options:
+        # Object-store clients (s3fs) take their options at the first request: make it here,
+        # so an option the client does not know is an input error, not a failure mid-commit.
+        try:
+            log.fs.exists(log.log_dir)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(
+                f"storage_options for {checked!r} are not accepted by {type(log.fs).__name__}: {exc}"
+            ) from exc
     return log

@@ -56,8 +56,13 @@ def _commit_timestamp(commitlog: CommitLog, version: int) -> int | None:
 def timestamp_ms(value: dt.datetime | str | int) -> int:
     """Milliseconds since the epoch of ``value``: an int as is, ISO 8601 text, or a datetime
     (naive ones are UTC). InvalidInputError for text that is not ISO 8601."""
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         return value
+    if not isinstance(value, str | dt.datetime):
+        raise InvalidInputError(
+            f"a timestamp must be a datetime, ISO 8601 text or epoch milliseconds (int), "
+            f"not {type(value).__name__} {value!r}"
+        )
     if isinstance(value, str):
         try:
             value = dt.datetime.fromisoformat(value)
