@@ -244,10 +244,16 @@ class LogStore:
                 # The staged file is gone (a recovering process published it and the
                 # owner cleaned up): fall back to an exclusive write of the bytes.
                 return self._exclusive_local_write(target, data)
+        # Object stores: a conditional put (S3 ``If-None-Match: *``), so a commit another
+        # writer published at this version is never overwritten; the lock makes fsspec's
+        # in-process memory file system atomic too.
         with _MEMORY_LOCK:
             if self._fresh(target).exists(target):
                 return False
-            self.fs.pipe_file(target, data)
+            try:
+                self.fs.pipe_file(target, data, mode="create")
+            except FileExistsError:
+                return False
             return True
 
     @staticmethod

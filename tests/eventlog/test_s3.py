@@ -108,3 +108,25 @@ def test_an_option_s3fs_does_not_take_is_an_invalid_input_error(
     with pytest.raises(InvalidInputError):
         Table.create(s3_uri, SCHEMA, slots=InMemorySlotStore(),
                      storage_options={**s3_storage_options, "no_such_option": 1})  # fmt: skip
+
+
+def test_publishing_never_overwrites_a_commit_another_writer_put_there(
+    s3_uri: str, s3_storage_options: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer that does not use our slots (another Delta engine) took version 1 first: our
+    put-if-absent (S3 If-None-Match) loses, and the other commit stays as it was."""
+    slots = InMemorySlotStore()
+    t = Table.create(s3_uri, SCHEMA, slots=slots, storage_options=s3_storage_options)
+    log = t.log
+    theirs = b'{"commitInfo":{"timestamp":1,"operation":"WRITE","txnId":"other"}}\n'
+    log.fs.pipe_file(log.commit_path(1), theirs)
+    with monkeypatch.context() as m:  # the other writer's put lands between our check and ours
+        m.setattr(type(log.fs), "exists", lambda self, path, **kwargs: False)
+        assert (
+            log.publish(1, "never-staged", b'{"commitInfo":{"timestamp":2,"operation":"WRITE"}}\n') is False
+        )
+    log.fs.invalidate_cache()
+    assert log.fs.cat_file(log.commit_path(1)) == theirs
+    result = t.append(_rows([1], "d"))  # our next commit lands above it
+    assert result.version == 2
+    assert Table.open(s3_uri, slots=slots, storage_options=s3_storage_options).version == 2
