@@ -52,8 +52,11 @@ def writer(
     start: Any = None,
     retry_errors: tuple[type[BaseException], ...] = (),
     group_commit: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    merge_share: float = 0.0,
 ) -> None:
-    """Blind appends of 3-row batches and deletes of this worker's own rows.
+    """Blind appends of 3-row batches, deletes of this worker's own rows and (with
+    ``merge_share``) MERGEs that upsert a new batch by id (acknowledged like appends).
 
     Deletes retry on conflicts (a fresh snapshot each time). ``retry_errors``: other
     errors a commit may raise and be retried after (e.g. slot store outages in fault
@@ -62,7 +65,7 @@ def writer(
     Runs in a process (``run_writers``) or a thread (``out`` is then a ``queue.Queue``).
     """
     rng = random.Random(seed)
-    table = Table.open(uri, slots=slots, group_commit=group_commit)
+    table = Table.open(uri, slots=slots, group_commit=group_commit, storage_options=storage_options)
     result = WriterResult(worker)
     mine: list[list[int]] = []
     if start is not None:
@@ -88,10 +91,17 @@ def writer(
                 else:
                     ids = [worker * 1_000_000 + batch * 10 + k for k in range(3)]
                     data = pa.table({"id": ids, "worker": [worker] * 3, "batch": [batch] * 3}, schema=SCHEMA)
-                    res = table.append(data)
-                    result.acks.append(
-                        {"kind": "append", "version": res.version, "txn": res.txn_id, "ids": ids}
-                    )
+                    kind = "merge" if rng.random() < merge_share else "append"
+                    if kind == "merge":
+                        merge = table.merge(data, on="t.id = s.id", source_alias="s", target_alias="t")
+                        try:
+                            res = merge.when_matched_update_all().when_not_matched_insert_all().execute()
+                        except DeltaConcurrentModificationException:
+                            result.conflicts += 1
+                            continue
+                    else:
+                        res = table.append(data)
+                    result.acks.append({"kind": kind, "version": res.version, "txn": res.txn_id, "ids": ids})
                     mine.append(ids)
                 break
             except retry_errors as exc:
@@ -110,8 +120,11 @@ def run_writers(
     during: Callable[[], None] | None = None,
     retry_errors: tuple[type[BaseException], ...] = (),
     group_commit: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    merge_share: float = 0.0,
 ) -> list[WriterResult]:
-    """Run ``workers`` writer processes (spawned, started together); return their results."""
+    """Run ``workers`` writer processes (spawned, started together); return their results.
+    Each process opens the table itself: its own file-system client and slot-store session."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     start = ctx.Event()
@@ -119,7 +132,13 @@ def run_writers(
         ctx.Process(
             target=writer,
             args=(uri, w, ops, 1000 + w, queue, slots),
-            kwargs={"start": start, "retry_errors": retry_errors, "group_commit": group_commit},
+            kwargs={
+                "start": start,
+                "retry_errors": retry_errors,
+                "group_commit": group_commit,
+                "storage_options": storage_options,
+                "merge_share": merge_share,
+            },
         )
         for w in range(workers)
     ]
@@ -216,16 +235,17 @@ def check_invariants(
     *,
     slots: SlotsSpec = None,
     unacknowledged: int = 0,
+    storage_options: dict[str, Any] | None = None,
 ) -> Table:
     """Assert the invariants (see the module docstring); return a fresh handle.
 
     ``unacknowledged``: commits that landed without an acknowledgement (a writer killed
     after its claim, whose commit others then published).
     """
-    log = LogStore(uri)
+    log = LogStore(uri, storage_options=storage_options)
     versions = LogStore.commit_versions(log.list_log())
     assert versions == list(range(len(versions))), "versions are not gapless"
-    table = Table.open(uri, slots=slots)
+    table = Table.open(uri, slots=slots, storage_options=storage_options)
     assert table.version == versions[-1]
     history = {h["version"]: h for h in table.history()}
     carried = {version: member_txn_ids(h) for version, h in history.items()}
@@ -241,7 +261,7 @@ def check_invariants(
         assert landed == {ack["txn"] for ack in acks}, "a commit landed without an acknowledgement"
     expected: set[int] = set()
     for ack in sorted(acks, key=lambda a: a["version"]):
-        if ack["kind"] == "append":
+        if ack["kind"] in ("append", "merge"):  # a MERGE upserts a new batch: its ids are added
             expected |= set(ack["ids"])
         else:
             expected -= set(ack["ids"])
@@ -251,5 +271,6 @@ def check_invariants(
         assert set(got) == expected
     else:
         assert expected <= set(got)
-    assert Table.open(uri, slots=slots).snapshot().files == table.snapshot().files
+    fresh = Table.open(uri, slots=slots, storage_options=storage_options)
+    assert fresh.snapshot().files == table.snapshot().files
     return table
