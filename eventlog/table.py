@@ -29,7 +29,7 @@ from eventlog.log.audit import audit_key_from_env
 from eventlog.log.cleanup import cleanup_cutoff_ms, cleanup_expired_logs
 from eventlog.log.commit import Commit
 from eventlog.log.commitlog import CommitLog, SlotsSpec, acquire_slots
-from eventlog.log.storage import LogStore
+from eventlog.log.storage import LogStore, open_log_store
 from eventlog.log.verify import VerifyReport
 from eventlog.log.verify import verify as verify_log
 from eventlog.ops.alter import (
@@ -52,10 +52,7 @@ from eventlog.snapshot.timeline import commit_history, timestamp_ms, version_at
 from eventlog.txn.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from eventlog.txn.transaction import CommitResult
 from eventlog.userinput import (
-    check_local_path,
     check_optional_text,
-    check_storage_options,
-    check_uri,
     parse_interval_ms,
 )
 from lockstore import SlotStore
@@ -123,7 +120,7 @@ class Table:
         ProtocolChangedException with the empty-directory hint (Delta's behaviour).
         Text arguments are validated first (:mod:`eventlog.userinput`).
         """
-        log = _log_store(uri, storage_options, filesystem)
+        log = open_log_store(uri, storage_options, filesystem)
         name = check_optional_text(name, "table name")
         description = check_optional_text(description, "table description")
         table = cls._with_slots(log, slots, retry_policy=retry_policy, app_id=app_id, audit_key=audit_key)
@@ -184,7 +181,7 @@ class Table:
         ones (:mod:`eventlog.txn.groupcommit`; any slot store, best with one that notifies
         waiters: ZooKeeper or in-memory).
         """
-        log = _log_store(uri, storage_options, filesystem)
+        log = open_log_store(uri, storage_options, filesystem)
         table = cls._with_slots(
             log, slots, retry_policy=retry_policy, app_id=app_id, group_commit=group_commit,
             audit_key=audit_key,
@@ -211,7 +208,7 @@ class Table:
         For operations tools (``slots status``, ``slots repair --dry-run``) that must look
         at the slots before anything acts on them.
         """
-        return cls._with_slots(_log_store(uri, storage_options, filesystem), slots)
+        return cls._with_slots(open_log_store(uri, storage_options, filesystem), slots)
 
     @classmethod
     def _with_slots(cls, log: LogStore, slots: SlotsSpec, **options: Any) -> Table:
@@ -241,7 +238,7 @@ class Table:
 
     @staticmethod
     def exists(uri: str | os.PathLike[str]) -> bool:
-        log = _log_store(uri)
+        log = open_log_store(uri)
         return bool(LogStore.commit_versions(log.list_log()))
 
     # ------------------------------------------------------------------ properties
@@ -570,7 +567,7 @@ def write_table(
     """
     if mode not in ("append", "overwrite", "error", "ignore"):
         raise InvalidInputError(f"mode must be append, overwrite, error or ignore; got {mode!r}")
-    log = _log_store(uri, storage_options, filesystem)
+    log = open_log_store(uri, storage_options, filesystem)
     where: dict[str, Any] = {"storage_options": storage_options, "filesystem": filesystem}
     if not LogStore.commit_versions(log.list_log()):
         try:
@@ -592,36 +589,3 @@ def write_table(
     if mode == "append":
         return table.append(data, schema_mode=schema_mode)
     return table.overwrite(data, replace_where=replace_where, schema_mode=schema_mode)
-
-
-def _log_store(
-    uri: str | os.PathLike[str],
-    storage_options: Mapping[str, Any] | None = None,
-    filesystem: fsspec.AbstractFileSystem | None = None,
-) -> LogStore:
-    """The LogStore of a validated table URI; InvalidInputError for an unknown scheme or
-    file-system options the scheme's fsspec implementation does not take."""
-    checked = check_uri(uri)
-    options = check_storage_options(storage_options)
-    if filesystem is not None and not isinstance(filesystem, fsspec.AbstractFileSystem):
-        raise InvalidInputError(
-            f"filesystem must be an fsspec AbstractFileSystem, not {type(filesystem).__name__}"
-        )
-    if filesystem is not None and options:
-        raise InvalidInputError("pass storage_options or filesystem, not both (a file system has its own)")
-    try:
-        log = LogStore(checked, storage_options=options, filesystem=filesystem)
-    except (ValueError, TypeError) as exc:  # fsspec: "Protocol not known: foo"; unknown option
-        raise InvalidInputError(f"cannot use table URI {checked!r}: {type(exc).__name__}: {exc}") from exc
-    if log.is_local:
-        check_local_path(log.root)
-    elif options:
-        # Object-store clients (s3fs) take their options at the first request: make it here,
-        # so an option the client does not know is an input error, not a failure mid-commit.
-        try:
-            log.fs.exists(log.log_dir)
-        except (TypeError, ValueError) as exc:
-            raise InvalidInputError(
-                f"storage_options for {checked!r} are not accepted by {type(log.fs).__name__}: {exc}"
-            ) from exc
-    return log

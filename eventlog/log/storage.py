@@ -21,6 +21,9 @@ from typing import Any, BinaryIO
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from eventlog.errors import InvalidInputError
+from eventlog.userinput import check_local_path, check_storage_options, check_uri
+
 LOG_DIR = "_delta_log"
 STAGED_DIR = "_staged_commits"
 _MEMORY_LOCK = threading.Lock()
@@ -288,3 +291,37 @@ class LogStore:
                 return False
             self.fs.pipe_file(self.commit_path(version), data)
             return True
+
+
+def open_log_store(
+    uri: str | os.PathLike[str],
+    storage_options: Mapping[str, Any] | None = None,
+    filesystem: fsspec.AbstractFileSystem | None = None,
+) -> LogStore:
+    """The LogStore of a table URI given by a user: InvalidInputError (before anything is
+    written) for bad text, an unknown scheme, or file-system options the scheme's fsspec
+    implementation does not take; see :func:`normalize_uri` for the options."""
+    checked = check_uri(uri)
+    options = check_storage_options(storage_options)
+    if filesystem is not None and not isinstance(filesystem, fsspec.AbstractFileSystem):
+        raise InvalidInputError(
+            f"filesystem must be an fsspec AbstractFileSystem, not {type(filesystem).__name__}"
+        )
+    if filesystem is not None and options:
+        raise InvalidInputError("pass storage_options or filesystem, not both (a file system has its own)")
+    try:
+        log = LogStore(checked, storage_options=options, filesystem=filesystem)
+    except (ValueError, TypeError) as exc:  # fsspec: "Protocol not known: foo"; unknown option
+        raise InvalidInputError(f"cannot use table URI {checked!r}: {type(exc).__name__}: {exc}") from exc
+    if log.is_local:
+        check_local_path(log.root)
+    elif options:
+        # Object-store clients (s3fs) take their options at the first request: make it here,
+        # so an option the client does not know is an input error, not a failure mid-commit.
+        try:
+            log.fs.exists(log.log_dir)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(
+                f"storage_options for {checked!r} are not accepted by {type(log.fs).__name__}: {exc}"
+            ) from exc
+    return log
