@@ -253,6 +253,18 @@ class CommitFailedError(EventlogError):
         )
 
 
+class SlotStoreRequiredError(InvalidInputError):
+    """A write to a table on an object store (``s3://``...) whose handle names no slot store.
+
+    Writers on other machines reach the same table, and a lock on this machine cannot guard
+    them: pass ``slots="zk://host:2181/chroot"`` (or set ``$EVENTLOG_SLOTS``). Reading needs
+    no slot store. Raised before anything is written; field ``uri``.
+    """
+
+    def __init__(self, message: str, *, uri: str) -> None:
+        EventlogError.__init__(self, message, uri=uri)
+
+
 class SlotStoreError(EventlogError):
     """The version-slot store (ZooKeeper, ...) failed or stayed unreachable.
 

@@ -237,8 +237,14 @@ class Table:
         self.close()
 
     @staticmethod
-    def exists(uri: str | os.PathLike[str]) -> bool:
-        log = open_log_store(uri)
+    def exists(
+        uri: str | os.PathLike[str],
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        filesystem: fsspec.AbstractFileSystem | None = None,
+    ) -> bool:
+        """Whether ``uri`` holds a table (a commit in its ``_delta_log``)."""
+        log = open_log_store(uri, storage_options, filesystem)
         return bool(LogStore.commit_versions(log.list_log()))
 
     # ------------------------------------------------------------------ properties

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from eventlog.errors import CorruptLogError, SlotStoreError
+from eventlog.errors import CorruptLogError, SlotStoreError, SlotStoreRequiredError
 from eventlog.log.actions import ENGINE_INFO, ActionDecodeError, CommitInfo
 from eventlog.log.audit import chain_commit, digest
 from eventlog.log.bulk import CHUNK_BYTES, DECODE_ERRORS, BulkDecoder, CommitHeader, decode_per_line
@@ -31,7 +31,10 @@ from eventlog.log.filetable import FileActions
 from eventlog.log.storage import LogStore
 from lockstore import (
     InMemorySlotStore,
+    Lease,
+    LeaseOwner,
     LocalFileSlotStore,
+    SlotClaim,
     SlotRecord,
     SlotStore,
     SlotStoreUnavailableError,
@@ -61,8 +64,53 @@ def resolve_slots(spec: SlotsSpec, log: LogStore) -> SlotStore:
         return LocalFileSlotStore(os.path.join(log.root, "_eventlog", "slots"))
     if log.fs.protocol in ("memory", ("memory",)) or "memory" in tuple(log.fs.protocol):
         return InMemorySlotStore.shared()
-    # Any other filesystem: slots on this machine's disk (safe for one machine only).
-    return LocalFileSlotStore(os.path.join(os.path.expanduser("~"), ".cache", "eventlog", "slots"))
+    # Any other file system is reached from other machines too: no store made here could
+    # guard their writers, so this handle may read but not write.
+    return UnguardedSlots(log.uri)
+
+
+class UnguardedSlots(SlotStore):
+    """What a handle on an object-store table gets when no slot store was named.
+
+    Reading works: there are no claims to finish, and the latest version is found in the
+    log itself. Every write is refused with :class:`SlotStoreRequiredError` before anything
+    is written (:func:`require_writable`); its claim methods raise the same, as a backstop.
+    """
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+
+    def error(self) -> SlotStoreRequiredError:
+        return SlotStoreRequiredError(
+            f"{self.uri} is on an object store that writers on other machines reach too, and no "
+            "slot store was named for it: a lock on this machine cannot guard them. Pass "
+            'slots="zk://host:2181/chroot" (ZooKeeper) or set $EVENTLOG_SLOTS; reading needs none',
+            uri=self.uri,
+        )
+
+    def claim(self, table: str, version: int, claim: SlotClaim) -> bool:
+        raise self.error()
+
+    def latest(self, table: str) -> int:
+        return -1
+
+    def get(self, table: str, version: int) -> SlotRecord | None:
+        return None
+
+    def mark_complete(self, table: str, version: int) -> None:
+        raise self.error()
+
+    def acquire_lease(self, name: str, owner: LeaseOwner) -> Lease:
+        raise self.error()
+
+    def lease_owner(self, name: str) -> LeaseOwner | None:
+        return None
+
+
+def require_writable(slots: SlotStore) -> None:
+    """Raise :class:`SlotStoreRequiredError` when ``slots`` cannot guard a write."""
+    if isinstance(slots, UnguardedSlots):
+        raise slots.error()
 
 
 def acquire_slots(spec: SlotsSpec, log: LogStore) -> tuple[SlotStore, Callable[[], None] | None]:

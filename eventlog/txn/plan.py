@@ -40,6 +40,7 @@ from eventlog.log.actions import (
     RemoveFile,
     SetTransaction,
 )
+from eventlog.log.commitlog import require_writable
 from eventlog.log.filetable import add_files
 from eventlog.snapshot import Snapshot
 from eventlog.txn.attempt import CommitTarget
@@ -98,6 +99,7 @@ class PlanBuilder:
         metadata: Metadata | None = None,
         protocol: Protocol | None = None,
     ) -> None:
+        require_writable(table.slots)  # before anything is staged or written
         self.table = table
         self.snapshot = snapshot
         self._predicates: list[ex.Expr] = []

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from eventlog import Table, write_table
-from eventlog.errors import InvalidInputError
+from eventlog.errors import InvalidInputError, SlotStoreRequiredError
 from lockstore import InMemorySlotStore
 
 deltalake = pytest.importorskip("deltalake")
@@ -130,3 +130,27 @@ def test_publishing_never_overwrites_a_commit_another_writer_put_there(
     result = t.append(_rows([1], "d"))  # our next commit lands above it
     assert result.version == 2
     assert Table.open(s3_uri, slots=slots, storage_options=s3_storage_options).version == 2
+
+
+def test_without_a_slot_store_an_s3_table_reads_but_refuses_writes(
+    s3_uri: str, s3_storage_options: dict[str, Any]
+) -> None:
+    """A lock on this machine cannot guard writers on others: no local default on S3."""
+    with pytest.raises(SlotStoreRequiredError) as info:
+        Table.create(s3_uri, SCHEMA, storage_options=s3_storage_options)
+    assert info.value.uri == s3_uri
+    assert not Table.exists(s3_uri, storage_options=s3_storage_options)
+
+    slots = InMemorySlotStore()
+    Table.create(s3_uri, SCHEMA, slots=slots, storage_options=s3_storage_options).append(_rows([1], "d"))
+    reader = Table.open(s3_uri, storage_options=s3_storage_options)  # no slots: reading is fine
+    assert reader.version == 1
+    assert reader.to_arrow().column("id").to_pylist() == [1]
+    objects = sorted(reader.log.fs.find(reader.log.root))
+    with pytest.raises(SlotStoreRequiredError):
+        reader.append(_rows([2], "d"))
+    with pytest.raises(SlotStoreRequiredError):
+        write_table(s3_uri, _rows([2], "d"), storage_options=s3_storage_options)
+    reader.log.fs.invalidate_cache()
+    assert sorted(reader.log.fs.find(reader.log.root)) == objects  # nothing written
+    assert Table.open(s3_uri, slots=slots, storage_options=s3_storage_options).version == 1
