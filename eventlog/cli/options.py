@@ -67,7 +67,8 @@ StorageOption = Annotated[
     typer.Option(
         "--storage-option",
         metavar="KEY=VALUE",
-        help="A filesystem option for the table's storage (repeatable).",
+        help="A file-system option for the table's storage, passed to fsspec as a string "
+        "(repeatable): e.g. endpoint_url=http://host:9000 for S3.",
         callback=_check_storage_options,
         rich_help_panel=GLOBAL_PANEL,
         show_default=False,
@@ -143,22 +144,15 @@ class Settings:
 
     # ------------------------------------------------------------------ tables
 
-    def _check_storage(self) -> None:
-        if self.storage_options:
-            # Table.open takes no filesystem options yet: refuse rather than ignore them.
-            raise typer.BadParameter("storage options are not supported yet", param_hint="'--storage-option'")
-
     def open(self, uri: str) -> Table:
         """The table at ``uri``, read to its latest version (TableNotFoundError if absent)."""
-        self._check_storage()
-        return Table.open(uri, slots=self.slots)
+        return Table.open(uri, slots=self.slots, storage_options=self.storage_options or None)
 
     def handle(self, uri: str) -> Table:
         """A handle that has read nothing (see :meth:`Table.handle`): the slots commands and
         ``verify`` must see the slots and the log before reading the log acts on them.
         TableNotFoundError when ``uri`` holds no ``_delta_log``."""
-        self._check_storage()
-        table = Table.handle(uri, self.slots)
+        table = Table.handle(uri, self.slots, storage_options=self.storage_options or None)
         if not table.log.list_log():
             table.close()
             raise TableNotFoundError(table.uri)

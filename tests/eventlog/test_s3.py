@@ -7,6 +7,7 @@ ZooKeeper slots (the multi-process tests).
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -14,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 from eventlog import Table, write_table
+from eventlog.cli import main
 from eventlog.errors import InvalidInputError, SlotStoreRequiredError
 from lockstore import InMemorySlotStore
 
@@ -154,3 +156,19 @@ def test_without_a_slot_store_an_s3_table_reads_but_refuses_writes(
     reader.log.fs.invalidate_cache()
     assert sorted(reader.log.fs.find(reader.log.root)) == objects  # nothing written
     assert Table.open(s3_uri, slots=slots, storage_options=s3_storage_options).version == 1
+
+
+def test_the_cli_reads_an_s3_table_with_storage_options(
+    s3_uri: str, s3_storage_options: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    Table.create(s3_uri, SCHEMA, slots=InMemorySlotStore(), storage_options=s3_storage_options).append(
+        _rows([1, 2], "d")
+    )
+    options = [arg for k, v in s3_storage_options.items() for arg in ("--storage-option", f"{k}={v}")]
+    assert main(["--json", *options, "history", s3_uri]) == 0
+    history = json.loads(capsys.readouterr().out)
+    assert history["table"] == s3_uri
+    assert [h["version"] for h in history["history"]] == [1, 0]
+    assert main(["--json", *options, "describe", s3_uri]) == 0
+    described = json.loads(capsys.readouterr().out)
+    assert (described["version"], described["num_files"], described["num_rows"]) == (1, 1, 2)
