@@ -27,14 +27,17 @@ def _spec(hosts: str) -> str:
     return f"zk://{hosts}/s3-{uuid.uuid4().hex[:12]}?timeout=10"
 
 
+@pytest.mark.parametrize("group_commit", [False, True], ids=["own-slots", "group-commit"])
 def test_four_writer_processes_append_delete_and_merge_on_s3(
-    s3_uri: str, s3_storage_options: dict[str, Any], zk_ensemble: Any
+    s3_uri: str, s3_storage_options: dict[str, Any], zk_ensemble: Any, group_commit: bool
 ) -> None:
+    """With group commit, blind appends also queue on S3 and share versions."""
     spec = _spec(zk_ensemble.hosts)
     Table.create(s3_uri, SCHEMA, slots=spec, storage_options=s3_storage_options).close()
     results = run_writers(
-        s3_uri, workers=4, ops=12, slots=spec, storage_options=s3_storage_options, merge_share=0.3
-    )
+        s3_uri, workers=4, ops=12, slots=spec, storage_options=s3_storage_options, merge_share=0.3,
+        group_commit=group_commit,
+    )  # fmt: skip
     acks = [a for r in results for a in r.acks]
     assert len(acks) == 48 and not any(r.errors for r in results)
     kinds = {a["kind"] for a in acks}
