@@ -22,9 +22,6 @@ which makes each write, conditional ones included, atomic; reads still run concu
 
 from __future__ import annotations
 
-import argparse
-import atexit
-import contextlib
 import importlib.util
 import logging
 import os
@@ -34,14 +31,14 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Self
+
+from tests.support.processes import Managed, killpg, pid_alive, track, untrack
 
 __all__ = [
     "ACCESS_KEY",
@@ -69,9 +66,8 @@ INSTALL_HINT = (
     "Install moto's standalone server with ./scripts/bootstrap.sh (the project's 'test' extra "
     "has moto[server]), or: pip install -e '.[test]'"
 )
-_SCRIPT = Path(__file__).resolve()
+_SCRIPT = Path(__file__).resolve().with_name("moto_serve.py")  # runs the server process
 _POLL = 0.05
-_WRITE_METHODS = frozenset({"PUT", "POST", "DELETE"})
 
 
 class S3ServerError(RuntimeError):
@@ -94,38 +90,7 @@ def check_prerequisites() -> None:
 # ---------------------------------------------------------------------------------------------
 # Process bookkeeping: every server we spawn is killed at exit even if nobody stopped it.
 
-_live: dict[int, subprocess.Popen[bytes]] = {}
-_registry_lock = threading.Lock()
 _reaped = False
-
-
-def _killpg(pid: int, sig: signal.Signals) -> None:
-    # start_new_session=True made the server a process-group leader: its pid is the group id.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
-
-
-@atexit.register
-def _kill_everything_at_exit() -> None:
-    with _registry_lock:
-        procs = list(_live.values())
-        _live.clear()
-    for proc in procs:
-        if proc.poll() is None:  # only unreaped processes: a reaped pid may be reused
-            _killpg(proc.pid, signal.SIGKILL)
-    for proc in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def reap_orphans() -> None:
@@ -140,7 +105,7 @@ def reap_orphans() -> None:
             owner = int((directory / "owner.pid").read_text().strip())
         except (OSError, ValueError):
             continue
-        if _pid_alive(owner):
+        if pid_alive(owner):
             continue
         try:
             pid = int((directory / "server.pid").read_text().strip())
@@ -149,7 +114,7 @@ def reap_orphans() -> None:
             pass
         else:
             if str(_SCRIPT).encode() in cmdline and str(directory).encode() in cmdline:
-                _killpg(pid, signal.SIGKILL)
+                killpg(pid, signal.SIGKILL)
         shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -178,7 +143,7 @@ def http_answers(url: str, timeout: float = 1.0) -> bool:
 # The server
 
 
-class MotoS3Server:
+class MotoS3Server(Managed):
     """moto's S3 API in a child process on ``127.0.0.1:<port>``.
 
     ``with MotoS3Server() as server:`` starts it and stops it on exit; :attr:`endpoint_url`
@@ -288,8 +253,7 @@ class MotoS3Server:
                 start_new_session=True,
             )
         self._proc = proc
-        with _registry_lock:
-            _live[proc.pid] = proc
+        track(proc)
         (self.dir / "server.pid").write_text(f"{proc.pid}\n")
 
     def _wait_until_serving(self) -> float:
@@ -340,14 +304,13 @@ class MotoS3Server:
         except subprocess.TimeoutExpired:
             return False
         # No killpg after the wait: once reaped, the pid (= group id) may be reused by others.
-        with _registry_lock:
-            _live.pop(proc.pid, None)
+        untrack(proc.pid)
         return True
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if the server has not exited after ``stop_timeout`` seconds."""
         if self._proc is not None and self._proc.poll() is None:
-            _killpg(self._proc.pid, signal.SIGTERM)
+            killpg(self._proc.pid, signal.SIGTERM)
         if not self._reap(self.stop_timeout):
             log.warning(
                 "S3 server pid %s ignored SIGTERM for %.0f s; killing it", self.pid, self.stop_timeout
@@ -357,7 +320,7 @@ class MotoS3Server:
     def kill(self) -> None:
         """SIGKILL the server."""
         if self._proc is not None and self._proc.poll() is None:
-            _killpg(self._proc.pid, signal.SIGKILL)
+            killpg(self._proc.pid, signal.SIGKILL)
         if not self._reap(10.0):
             raise S3ServerError(f"S3 server pid {self.pid} survived SIGKILL for 10 s")
 
@@ -368,28 +331,6 @@ class MotoS3Server:
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
-
-    def close(self) -> None:
-        """Stop, then delete what we created (even if stopping failed)."""
-        try:
-            self.stop()
-        finally:
-            self.cleanup()
-
-    def __enter__(self) -> Self:
-        try:
-            return self.start()
-        except BaseException:
-            self.cleanup()  # __exit__ will not run; the exception carries the log tail
-            raise
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = f"pid {self.pid}" if self.is_running() else "stopped"
@@ -409,51 +350,3 @@ def start_s3_server_for_tests(*, timeout: float = 30.0) -> tuple[str, Callable[[
         server.cleanup()
         raise
     return server.endpoint_url, server.close
-
-
-# ---------------------------------------------------------------------------------------------
-# The server process itself: ``python s3server.py serve --port N --dir D [...]``
-
-
-def _serialize_writes() -> None:
-    """Run moto's handling of each PUT, POST and DELETE under one lock (see the module doc)."""
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
-
-    lock = threading.Lock()
-    dispatch = DomainDispatcherApplication.__call__
-
-    def call(self: Any, environ: dict[str, Any], start_response: Any) -> Any:
-        if environ.get("REQUEST_METHOD") not in _WRITE_METHODS:
-            return dispatch(self, environ, start_response)
-        with lock:
-            # The handler runs inside the call; materialise the (small) body under the lock too.
-            return list(dispatch(self, environ, start_response))
-
-    DomainDispatcherApplication.__call__ = call  # type: ignore[method-assign]
-
-
-def _serve(argv: Sequence[str]) -> None:
-    parser = argparse.ArgumentParser(prog="s3server.py serve")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--dir", required=True, help="the server's directory (names it for reap_orphans)")
-    parser.add_argument("--serialize-writes", action="store_true")
-    parser.add_argument("--switch-interval", type=float)
-    parser.add_argument("--log-requests", action="store_true")
-    args = parser.parse_args(argv)
-    if args.switch_interval is not None:
-        sys.setswitchinterval(args.switch_interval)
-    if not args.log_requests:
-        # werkzeug sets INFO (one line per request) only when the level is still unset.
-        logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    if args.serialize_writes:
-        _serialize_writes()
-    from moto.server import main
-
-    print(f"serving S3 on http://{LOOPBACK}:{args.port} (pid {os.getpid()})", flush=True)
-    main(["--host", LOOPBACK, "--port", str(args.port)])
-
-
-if __name__ == "__main__":
-    if len(sys.argv) < 2 or sys.argv[1] != "serve":
-        sys.exit(f"usage: {sys.argv[0]} serve --port PORT --dir DIR [--serialize-writes]")
-    _serve(sys.argv[2:])

@@ -15,7 +15,6 @@ executors must get it from the zip.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
@@ -24,7 +23,6 @@ import signal
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -34,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
+
+from tests.support.processes import killpg, track, untrack
 
 __all__ = [
     "PROJECT_MODULES",
@@ -89,29 +89,7 @@ def _free_port() -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# Process bookkeeping: daemons still running at interpreter exit are killed.
-
-_live: dict[int, subprocess.Popen[bytes]] = {}
-_registry_lock = threading.Lock()
-
-
-def _killpg(pid: int, sig: signal.Signals) -> None:
-    # start_new_session=True made the daemon a process-group leader: its pid is the group id.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
-
-
-@atexit.register
-def _kill_everything_at_exit() -> None:
-    with _registry_lock:
-        procs = list(_live.values())
-        _live.clear()
-    for proc in procs:
-        if proc.poll() is None:  # only unreaped processes: a reaped pid may be reused
-            _killpg(proc.pid, signal.SIGKILL)
-    for proc in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
+# Process bookkeeping: tests.support.processes kills daemons still running at interpreter exit.
 
 
 def process_rss(pids: Iterable[int]) -> dict[int, int]:
@@ -282,17 +260,16 @@ class SparkStandaloneCluster:
         # Workers first (they take their executors down), then the master.
         for daemon in reversed(daemons):
             if daemon.proc.poll() is None:
-                _killpg(daemon.proc.pid, signal.SIGTERM)
+                killpg(daemon.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + self.stop_grace
         for daemon in reversed(daemons):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 daemon.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             # The group may outlive its leader (an executor JVM): kill what is left.
-            _killpg(daemon.proc.pid, signal.SIGKILL)
+            killpg(daemon.proc.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 daemon.proc.wait(timeout=5)
-            with _registry_lock:
-                _live.pop(daemon.proc.pid, None)
+            untrack(daemon.proc.pid)
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -379,8 +356,7 @@ class SparkStandaloneCluster:
                 cwd=str(self.root),
                 start_new_session=True,
             )
-        with _registry_lock:
-            _live[proc.pid] = proc
+        track(proc)
         self._daemons.append(_Daemon(name, proc, log))
 
     def _wait(self, ready: Any, deadline: float, what: str) -> None:

@@ -19,12 +19,12 @@ import subprocess
 import tempfile
 import threading
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
+
+from tests.support.processes import Managed, kill_all, killpg, pid_alive, track, untrack
 
 __all__ = [
     "HOSTS_ENV",
@@ -94,46 +94,19 @@ class NodePorts:
 # ---------------------------------------------------------------------------------------------
 # Process bookkeeping: every JVM we spawn is killed at exit even if a test forgot to stop it.
 
-_live: dict[int, subprocess.Popen[bytes]] = {}
 _owned_dirs: set[Path] = set()
 _registry_lock = threading.Lock()
 _reaped = False
 
 
-def _killpg(pid: int, sig: signal.Signals) -> None:
-    # start_new_session=True made the JVM a process-group leader, so its pid is the group id.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
-
-
-def _kill_everything_at_exit() -> None:
+@atexit.register
+def _remove_owned_dirs_at_exit() -> None:
+    kill_all()  # the JVMs first: they write into these directories
     with _registry_lock:
-        procs = list(_live.values())
         dirs = list(_owned_dirs)
-        _live.clear()
         _owned_dirs.clear()
-    for proc in procs:
-        # Only unreaped processes: a reaped pid may already belong to someone else.
-        if proc.poll() is None:
-            _killpg(proc.pid, signal.SIGKILL)
-    for proc in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
     for directory in dirs:
         shutil.rmtree(directory, ignore_errors=True)
-
-
-atexit.register(_kill_everything_at_exit)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def reap_orphans() -> None:
@@ -149,7 +122,7 @@ def reap_orphans() -> None:
             owner = int((directory / "owner.pid").read_text().strip())
         except (OSError, ValueError):
             continue
-        if _pid_alive(owner):
+        if pid_alive(owner):
             continue
         for pidfile in list(directory.glob("zookeeper.pid")) + list(directory.glob("*/zookeeper.pid")):
             try:
@@ -158,7 +131,7 @@ def reap_orphans() -> None:
             except (OSError, ValueError):
                 continue
             if str(directory).encode() in cmdline and MAIN_CLASS.encode() in cmdline:
-                _killpg(pid, signal.SIGKILL)
+                killpg(pid, signal.SIGKILL)
         shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -275,42 +248,7 @@ def _deadline_loop(timeout: float) -> Callable[[], bool]:
 # One node
 
 
-class _Managed(ABC):
-    """Context-manager and close() behaviour shared by a server and an ensemble."""
-
-    @abstractmethod
-    def start(self) -> Self: ...
-
-    @abstractmethod
-    def stop(self) -> None: ...
-
-    @abstractmethod
-    def cleanup(self) -> None: ...
-
-    def close(self) -> None:
-        """Stop, then delete what we created (even if stopping failed)."""
-        try:
-            self.stop()
-        finally:
-            self.cleanup()
-
-    def __enter__(self) -> Self:
-        try:
-            return self.start()
-        except BaseException:
-            self.cleanup()  # __exit__ will not run; the exception carries the log tail
-            raise
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class ZooKeeperServer(_Managed):
+class ZooKeeperServer(Managed):
     """One ZooKeeper JVM: standalone by default, or a member of a ``ZooKeeperEnsemble``.
 
     ``tick_ms`` sets tickTime; sessions may last from 2 to 20 ticks, so a short tick (e.g. 500)
@@ -485,8 +423,7 @@ class ZooKeeperServer(_Managed):
             )
         self._proc = proc
         self._stopping = False
-        with _registry_lock:
-            _live[proc.pid] = proc
+        track(proc)
         (self.dir / "zookeeper.pid").write_text(f"{proc.pid}\n")
 
     def wait_until_serving(self, timeout: float | None = None, *, require_mode: bool = True) -> float:
@@ -532,7 +469,7 @@ class ZooKeeperServer(_Managed):
     def _signal(self, sig: signal.Signals) -> None:
         self._stopping = True
         if self._proc is not None and self._proc.poll() is None:
-            _killpg(self._proc.pid, sig)
+            killpg(self._proc.pid, sig)
 
     def _reap(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for the JVM to exit; True if it has (or there is none)."""
@@ -544,8 +481,7 @@ class ZooKeeperServer(_Managed):
         except subprocess.TimeoutExpired:
             return False
         # No killpg after the wait: once reaped, the pid (= group id) may be reused by others.
-        with _registry_lock:
-            _live.pop(proc.pid, None)
+        untrack(proc.pid)
         with contextlib.suppress(OSError):
             (self.dir / "zookeeper.pid").unlink()
         return True
@@ -592,7 +528,7 @@ class ZooKeeperServer(_Managed):
 # An ensemble of nodes
 
 
-class ZooKeeperEnsemble(_Managed):
+class ZooKeeperEnsemble(Managed):
     """``size`` ZooKeeper nodes on loopback forming one ensemble (size 1 is a standalone node)."""
 
     def __init__(

@@ -1,0 +1,100 @@
+"""Bookkeeping shared by the test servers (ZooKeeper, Spark standalone, moto's S3): every
+process they spawn is killed at interpreter exit even if a test forgot to stop it, and
+:class:`Managed` gives servers their ``close()`` and context-manager behaviour.
+
+Servers start their processes with ``start_new_session=True``, so a process's pid is also
+its process group's id: :func:`killpg` reaches whatever it forked too.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+from abc import ABC, abstractmethod
+from types import TracebackType
+from typing import Self
+
+__all__ = ["Managed", "kill_all", "killpg", "pid_alive", "track", "untrack"]
+
+_live: dict[int, subprocess.Popen[bytes]] = {}
+_lock = threading.Lock()
+
+
+def track(proc: subprocess.Popen[bytes]) -> None:
+    """Kill ``proc`` at exit unless :func:`untrack` says it was stopped."""
+    with _lock:
+        _live[proc.pid] = proc
+
+
+def untrack(pid: int) -> None:
+    with _lock:
+        _live.pop(pid, None)
+
+
+def killpg(pid: int, sig: signal.Signals) -> None:
+    """Signal the process group led by ``pid`` (gone already is fine)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@atexit.register
+def kill_all() -> None:
+    """Kill every tracked process (at exit; callers that clean up after them call it first)."""
+    with _lock:
+        procs = list(_live.values())
+        _live.clear()
+    for proc in procs:
+        if proc.poll() is None:  # only unreaped processes: a reaped pid may be reused
+            killpg(proc.pid, signal.SIGKILL)
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+
+
+class Managed(ABC):
+    """Context-manager and close() behaviour shared by the test servers."""
+
+    @abstractmethod
+    def start(self) -> Self: ...
+
+    @abstractmethod
+    def stop(self) -> None: ...
+
+    @abstractmethod
+    def cleanup(self) -> None: ...
+
+    def close(self) -> None:
+        """Stop, then delete what we created (even if stopping failed)."""
+        try:
+            self.stop()
+        finally:
+            self.cleanup()
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.cleanup()  # __exit__ will not run; the exception carries the log tail
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
