@@ -15,10 +15,11 @@ import signal
 import subprocess
 import threading
 from abc import ABC, abstractmethod
+from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-__all__ = ["Managed", "kill_all", "killpg", "pid_alive", "track", "untrack"]
+__all__ = ["Managed", "kill_all", "killpg", "log_tail", "pid_alive", "track", "untrack"]
 
 _live: dict[int, subprocess.Popen[bytes]] = {}
 _lock = threading.Lock()
@@ -49,6 +50,20 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def log_tail(path: Path | None, lines: int = 40) -> str:
+    """The last ``lines`` lines of a server's log file (for error messages)."""
+    if path is None:
+        return "(no log)"
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 64 * 1024))
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
 
 
 @atexit.register

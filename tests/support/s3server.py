@@ -38,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Self
 
-from tests.support.processes import Managed, killpg, pid_alive, track, untrack
+from tests.support.processes import Managed, killpg, log_tail, pid_alive, track, untrack
 
 __all__ = [
     "ACCESS_KEY",
@@ -198,16 +198,7 @@ class MotoS3Server(Managed):
 
     def log_tail(self, lines: int = 40) -> str:
         """The last lines of the server's output (for error messages)."""
-        if self.log_path is None:
-            return "(no log)"
-        try:
-            with self.log_path.open("rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, fh.tell() - 64 * 1024))
-                text = fh.read().decode("utf-8", errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self.log_path, lines)
 
     def _error(self, message: str) -> S3ServerError:
         return S3ServerError(f"{message}\n--- last lines of {self.log_path} ---\n{self.log_tail()}")

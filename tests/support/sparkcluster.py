@@ -33,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from tests.support.processes import killpg, track, untrack
+from tests.support.processes import killpg, log_tail, track, untrack
 
 __all__ = [
     "PROJECT_MODULES",
@@ -312,14 +312,10 @@ class SparkStandaloneCluster:
 
     def log_tail(self, lines: int = 30) -> str:
         """The last lines of every daemon's log, for error messages."""
-        parts = []
-        for daemon in self._daemons:
-            try:
-                text = daemon.log.read_text(errors="replace").splitlines()[-lines:]
-            except OSError:
-                text = ["(no log)"]
-            parts.append(f"--- {daemon.name} ({daemon.log}) ---\n" + "\n".join(text))
-        return "\n".join(parts)
+        return "\n".join(
+            f"--- {daemon.name} ({daemon.log}) ---\n" + log_tail(daemon.log, lines)
+            for daemon in self._daemons
+        )
 
     # ------------------------------------------------------------------------------- helpers
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
-from tests.support.processes import Managed, kill_all, killpg, pid_alive, track, untrack
+from tests.support.processes import Managed, kill_all, killpg, log_tail, pid_alive, track, untrack
 
 __all__ = [
     "HOSTS_ENV",
@@ -355,14 +355,7 @@ class ZooKeeperServer(Managed):
 
     def log_tail(self, lines: int = 40) -> str:
         """The last lines of this node's JVM output (for error messages)."""
-        try:
-            with self.log_path.open("rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                fh.seek(max(0, fh.tell() - 64 * 1024))
-                text = fh.read().decode("utf-8", errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self.log_path, lines)
 
     def _error(self, message: str) -> ZooKeeperError:
         return ZooKeeperError(f"{message}\n--- last lines of {self.log_path} ---\n{self.log_tail()}")
