@@ -1,0 +1,617 @@
+"""Tables on S3 (a local moto server): small appends and bulk write/scan, ours versus delta-rs.
+
+Starts moto's standalone S3 server on a loopback port (``tests.support.s3server.MotoS3Server``:
+a Python emulator in its own process, every PUT/POST/DELETE serialized under one lock so that
+conditional writes are atomic) and stops it at the end. Only fake credentials are used: every
+``AWS_*`` variable is removed from this process's environment and ``testing`` keys are set.
+moto is not AWS: its latency and throughput are those of a Python web app sharing this
+machine's cores with the client. What matters is the ratio ours / deltalake on the same
+server, and S3 / local for each engine.
+
+Four configurations (``deltalake-local`` is a reference for deltalake's own S3 / local ratio):
+
+* ``ours-local``      -- a local path, the default embedded (local-file) slot store
+* ``ours-s3``         -- ``s3://<bucket>/...`` with ``storage_options={"endpoint_url", "key",
+  "secret"}`` and ``slots=lockstore.InMemorySlotStore()``: one process only (an object-store
+  table has no default slot store; several machines would need ZooKeeper slots)
+* ``deltalake-s3``    -- the same server, ``storage_options`` ``AWS_ENDPOINT_URL``, keys, region,
+  ``AWS_ALLOW_HTTP`` (deltalake >= 1.0 commits with ``If-None-Match: *``, which moto honours)
+* ``deltalake-local`` -- a local path
+
+Measurements, each ``--repeat`` times on fresh tables, configurations interleaved with the
+first one rotating from run to run, ``gc.collect()`` (and ``os.sync()``) before each timed call:
+
+1. small appends: N one-row appends (200; ``--quick`` 30). Ours through one handle
+   (``Table.open(...).append(batch)``), deltalake ``write_deltalake(uri, batch, mode="append")``
+   (each call loads the table's log, as a user of that API pays). commits/s, ms/commit, CPU
+   ms/commit of this process (all threads) and of the S3 server. Afterwards the version must be
+   N and the table must hold N rows.
+2. bulk write: one append of 2,000,000 rows (``--quick`` 200,000; columns ``id int64, value
+   float64, name string, ts timestamp[us, UTC], count int32``, built by ``bench_bulk.make_data``)
+   into a new table (ours: ``Table.create`` untimed, then the timed ``append``; deltalake:
+   ``write_deltalake`` creating the table). MB/s = Arrow ``nbytes`` / seconds.
+3. full scan of the tables just written: ``Table.open(...).to_arrow()`` versus
+   ``DeltaTable(...).to_pyarrow_table()`` (handle / DeltaTable made beforehand); row count and
+   ``sum(id)`` are checked.
+
+Then, on a second server that logs every request, S3 requests per small append and per bulk
+write are counted for ``ours-s3`` and ``deltalake-s3`` (by HTTP method; GET split into object
+reads and listings). ``--profile`` adds a cProfile of ours-s3 small appends (top functions).
+
+Run: ``.venv/bin/python bench/bench_s3.py [--quick] [--repeat N] [--profile]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import io
+import os
+import pstats
+import re
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
+
+import fsspec
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from bench._common import (
+    SMALL_SCHEMA,
+    Stat,
+    cpu_seconds,
+    machine_note,
+    print_table,
+    ratio,
+    rotated,
+    small_batch,
+)
+from bench.bench_bulk import make_data
+from tests.support.s3server import ACCESS_KEY, REGION, SECRET_KEY, MotoS3Server
+
+CONFIGS = ("ours-local", "ours-s3", "deltalake-s3", "deltalake-local")  # bulk write and scan
+# Small appends also through one DeltaTable handle (``write_deltalake(dt, ...)``), as ours uses one.
+SMALL_CONFIGS = ("ours-local", "ours-s3", "deltalake-s3", "deltalake-s3-handle", "deltalake-local")
+S3_CONFIGS = ("ours-s3", "deltalake-s3", "deltalake-s3-handle")
+
+
+def parse_args() -> argparse.Namespace:
+    """``--quick``, ``--repeat N`` (default 3, quick 1) and ``--profile``."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run (< 60 s)")
+    parser.add_argument("--repeat", type=int, default=None, help="runs per measurement (default 3, quick 1)")
+    parser.add_argument("--profile", action="store_true", help="cProfile ours-s3 small appends")
+    args = parser.parse_args()
+    if args.repeat is None:
+        args.repeat = 1 if args.quick else 3
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    return args
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def is_s3(config: str) -> bool:
+    return "-s3" in config
+
+
+def fake_aws_env() -> None:
+    """Remove every ``AWS_*`` variable and set fake credentials (as the test fixtures do)."""
+    for name in list(os.environ):
+        if name.upper().startswith("AWS_"):
+            del os.environ[name]
+    os.environ.update(
+        {
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_REGION": REGION,
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+    )
+    for name in ("NO_PROXY", "no_proxy"):
+        current = os.environ.get(name, "")
+        os.environ[name] = ",".join(filter(None, [current, "127.0.0.1", "localhost"]))
+
+
+@dataclass
+class Place:
+    """Where a configuration's tables go: a local directory or a bucket on the S3 server."""
+
+    endpoint: str
+    bucket: str
+    local_root: str
+
+    @property
+    def ours_options(self) -> dict[str, str]:
+        return {"endpoint_url": self.endpoint, "key": ACCESS_KEY, "secret": SECRET_KEY}
+
+    @property
+    def deltalake_options(self) -> dict[str, str]:
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_REGION": REGION,
+            "AWS_ALLOW_HTTP": "true",
+        }
+
+    def uri(self, config: str, name: str) -> str:
+        if is_s3(config):
+            return f"s3://{self.bucket}/{config}-{name}"
+        return str(Path(self.local_root) / f"{config}-{name}")
+
+    def fs(self, config: str) -> Any:
+        if is_s3(config):
+            return fsspec.filesystem("s3", skip_instance_cache=True, **self.ours_options)
+        return fsspec.filesystem("file")
+
+    def remove(self, config: str, uri: str) -> None:
+        fs = self.fs(config)
+        path = uri.removeprefix("s3://")
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+
+    def parquet_files(self, config: str, uri: str) -> tuple[int, int]:
+        """(data files, bytes) of a table, the log excluded."""
+        fs = self.fs(config)
+        found = fs.find(uri.removeprefix("s3://"), detail=True)
+        data = [info for p, info in found.items() if p.endswith(".parquet") and "_delta_log" not in p]
+        return len(data), sum(int(info["size"]) for info in data)
+
+
+def make_bucket(endpoint: str) -> str:
+    fs = fsspec.filesystem(
+        "s3", skip_instance_cache=True, endpoint_url=endpoint, key=ACCESS_KEY, secret=SECRET_KEY
+    )
+    bucket = f"bench-{uuid.uuid4().hex[:12]}"
+    fs.mkdir(bucket)
+    return bucket
+
+
+def server_cpu(server: MotoS3Server) -> float:
+    """CPU seconds (user + system, all threads) of the server process so far."""
+    with open(f"/proc/{server.pid}/stat") as f:
+        raw = f.read()
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# --------------------------------------------------------------------------- engines
+
+
+class Engine:
+    """One configuration's table operations; set-up (creating, opening) is never timed."""
+
+    def __init__(self, config: str, place: Place) -> None:
+        self.config = config
+        self.place = place
+        self.ours = config.startswith("ours")
+        self.s3 = is_s3(config)
+        self._closers: list[Callable[[], None]] = []
+
+    def _ours_kwargs(self) -> dict[str, Any]:
+        if not self.s3:
+            return {}  # the default embedded (local-file) slot store
+        from lockstore.memory import InMemorySlotStore
+
+        store = InMemorySlotStore()  # ours to close, after the tables using it
+        self._closers.append(store.close)
+        return {"slots": store, "storage_options": self.place.ours_options}
+
+    def _dl_options(self) -> dict[str, str] | None:
+        return self.place.deltalake_options if self.s3 else None
+
+    def small_appender(self, uri: str) -> Callable[[pa.RecordBatch], object]:
+        """Create an empty table at ``uri``; return a 1-row append through one handle."""
+        if self.ours:
+            from eventlog.table import Table
+
+            kwargs = self._ours_kwargs()
+            Table.create(uri, SMALL_SCHEMA, **kwargs).close()
+            table = Table.open(uri, **kwargs)
+            self._closers.insert(0, table.close)
+            return table.append
+        from deltalake import DeltaTable, write_deltalake
+
+        options = self._dl_options()
+        DeltaTable.create(uri, schema=SMALL_SCHEMA, storage_options=options)
+        if self.config.endswith("-handle"):
+            dt = DeltaTable(uri, storage_options=options)  # kept up to date by each write
+            return lambda b: write_deltalake(dt, b, mode="append")
+        return lambda b: write_deltalake(uri, b, mode="append", storage_options=options)
+
+    def bulk_writer(self, uri: str, data: pa.Table) -> Callable[[], object]:
+        if self.ours:
+            from eventlog.table import Table
+
+            table = Table.create(uri, data.schema, **self._ours_kwargs())
+            self._closers.insert(0, table.close)
+            return lambda: table.append(data)
+        from deltalake import write_deltalake
+
+        options = self._dl_options()
+        return lambda: write_deltalake(uri, data, storage_options=options)
+
+    def reader(self, uri: str) -> Callable[[], pa.Table]:
+        if self.ours:
+            from eventlog.table import Table
+
+            table = Table.open(uri, **self._ours_kwargs())
+            self._closers.insert(0, table.close)
+            return table.to_arrow
+        from deltalake import DeltaTable
+
+        return DeltaTable(uri, storage_options=self._dl_options()).to_pyarrow_table
+
+    def inspect(self, uri: str) -> tuple[int, int]:
+        """(version, rows) as a fresh reader sees them."""
+        if self.ours:
+            from eventlog.table import Table
+
+            table = Table.open(uri, **self._ours_kwargs())
+            self._closers.insert(0, table.close)
+            return table.version, table.to_arrow().num_rows
+        from deltalake import DeltaTable
+
+        dt = DeltaTable(uri, storage_options=self._dl_options())
+        return dt.version(), dt.to_pyarrow_table().num_rows
+
+    def close(self) -> None:
+        closers, self._closers = self._closers, []
+        for close in closers:
+            close()
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+@dataclass
+class Timing:
+    seconds: float
+    cpu: float  # this process, all threads
+    server_cpu: float  # the S3 server process
+
+
+def measure(fn: Callable[[], object], server: MotoS3Server) -> tuple[Timing, object]:
+    gc.collect()
+    os.sync()
+    start, cpu, scpu = time.perf_counter(), cpu_seconds(), server_cpu(server)
+    out = fn()
+    timing = Timing(time.perf_counter() - start, cpu_seconds() - cpu, server_cpu(server) - scpu)
+    return timing, out
+
+
+def warm_up(place: Place, server: MotoS3Server, data: pa.Table) -> None:
+    """Untimed: every configuration's first small appends, bulk write and scan of the process
+    (imports, thread pools, S3 clients and connections)."""
+    for config in SMALL_CONFIGS:
+        run_small(config, place, server, 3, -1)
+    run_bulk(place, server, data, -1, {})
+
+
+def run_small(config: str, place: Place, server: MotoS3Server, n: int, rep: int) -> Timing:
+    engine = Engine(config, place)
+    uri = place.uri(config, f"small-{rep}")
+    batches = [small_batch(0, i) for i in range(n)]
+    try:
+        append = engine.small_appender(uri)
+
+        def loop() -> None:
+            for b in batches:
+                append(b)
+
+        timing, _ = measure(loop, server)
+        version, rows = engine.inspect(uri)
+        if version != n or rows != n:
+            raise AssertionError(f"{config}: after {n} appends: version {version}, {rows} rows")
+        return timing
+    finally:
+        engine.close()
+        place.remove(config, uri)
+
+
+def run_bulk(
+    place: Place, server: MotoS3Server, data: pa.Table, rep: int, files: dict[str, tuple[int, int]]
+) -> tuple[dict[str, Timing], dict[str, Timing]]:
+    """Write with every configuration (rotated), then scan every table (rotated)."""
+    expected_sum = pc.sum(data["id"]).as_py()
+    uris = {c: place.uri(c, f"bulk-{rep}") for c in CONFIGS}
+    writes: dict[str, Timing] = {}
+    scans: dict[str, Timing] = {}
+    try:
+        for config in rotated(CONFIGS, rep):
+            engine = Engine(config, place)
+            try:
+                writes[config], _ = measure(engine.bulk_writer(uris[config], data), server)
+            finally:
+                engine.close()
+            files[config] = place.parquet_files(config, uris[config])
+        for config in rotated(CONFIGS, rep):
+            engine = Engine(config, place)
+            try:
+                scans[config], got = measure(engine.reader(uris[config]), server)
+            finally:
+                engine.close()
+            assert isinstance(got, pa.Table)
+            if got.num_rows != data.num_rows or pc.sum(got["id"]).as_py() != expected_sum:
+                raise AssertionError(f"{config}: read back {got.num_rows} rows, expected {data.num_rows}")
+            del got
+    finally:
+        for config in CONFIGS:
+            place.remove(config, uris[config])
+    return writes, scans
+
+
+# --------------------------------------------------------------------------- request counts
+
+_REQUEST = re.compile(r'"(GET|PUT|POST|HEAD|DELETE) (\S+) HTTP/[\d.]+" (\d{3})')
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # werkzeug colours some lines (4xx, DELETE)
+
+
+def _classify(method: str, target: str) -> str:
+    path, _, query = target.partition("?")
+    if method == "GET" and ("list-type=" in query or "prefix=" in query or "delimiter=" in query):
+        return "LIST"
+    if method == "HEAD" and "/" not in path.strip("/"):
+        return "HEAD bucket"
+    return method
+
+
+def count_requests(log: Path, start: int) -> Counter[str]:
+    """Requests in the server log after byte ``start``, by kind (and failures as ``status``)."""
+    time.sleep(0.3)  # the server writes its line as it answers
+    with log.open("rb") as f:
+        f.seek(start)
+        text = f.read().decode("utf-8", errors="replace")
+    counts: Counter[str] = Counter()
+    for m in _REQUEST.finditer(_ANSI.sub("", text)):
+        kind = _classify(m.group(1), m.group(2))
+        counts[kind] += 1
+        if not m.group(3).startswith("2"):
+            counts[f"({kind} {m.group(3)})"] += 1
+    return counts
+
+
+def request_counts(n: int, data: pa.Table) -> dict[tuple[str, str], Counter[str]]:
+    """S3 requests of ``n`` small appends and of one bulk write, per configuration."""
+    out: dict[tuple[str, str], Counter[str]] = {}
+    with MotoS3Server(log_requests=True) as server:
+        assert server.log_path is not None
+        log = server.log_path
+        place = Place(server.endpoint_url, make_bucket(server.endpoint_url), "")
+        for config in S3_CONFIGS:
+            engine = Engine(config, place)
+            try:
+                append = engine.small_appender(place.uri(config, "small"))
+                append(small_batch(0, 0))  # the handle's first append may warm caches
+                time.sleep(0.3)
+                start = log.stat().st_size
+                for i in range(1, n + 1):
+                    append(small_batch(0, i))
+                out[(config, "append")] = count_requests(log, start)
+                if config in CONFIGS:
+                    time.sleep(0.3)
+                    start = log.stat().st_size
+                    engine.bulk_writer(place.uri(config, "bulk"), data)()
+                    out[(config, "bulk")] = count_requests(log, start)
+            finally:
+                engine.close()
+    return out
+
+
+def _in_io_thread(fn: Callable[[], object]) -> None:
+    """Run ``fn`` on fsspec's event-loop thread (where s3fs's requests run) and wait for it."""
+    import asyncio
+
+    from fsspec.asyn import get_loop
+
+    async def call() -> None:
+        fn()
+
+    asyncio.run_coroutine_threadsafe(call(), get_loop()).result(timeout=10)
+
+
+def profile_small(place: Place, n: int) -> str:
+    """cProfile of ``n`` ours-s3 small appends, in the calling thread and in fsspec's I/O
+    thread (request signing, HTTP, parsing; coroutine resumptions count as calls there)."""
+    engine = Engine("ours-s3", place)
+    uri = place.uri("ours-s3", "profile")
+    main_prof, io_prof = cProfile.Profile(), cProfile.Profile()
+    try:
+        append = engine.small_appender(uri)
+        append(small_batch(0, 0))
+        _in_io_thread(io_prof.enable)
+        main_prof.enable()
+        start, cpu = time.perf_counter(), cpu_seconds()
+        for i in range(1, n + 1):
+            append(small_batch(0, i))
+        wall, cpu = time.perf_counter() - start, cpu_seconds() - cpu
+        main_prof.disable()
+        _in_io_thread(io_prof.disable)
+    finally:
+        engine.close()
+        place.remove("ours-s3", uri)
+    buf = io.StringIO()
+    buf.write(
+        f"{n} appends (profiled: {1000 * wall / n:.1f} ms/commit wall, {1000 * cpu / n:.1f} ms CPU)\n\n"
+        "-- calling thread, by cumulative time --\n"
+    )
+    main = pstats.Stats(main_prof, stream=buf).strip_dirs()
+    main.sort_stats("cumulative").print_stats(30)
+    buf.write("-- fsspec I/O thread (s3fs, aiobotocore, aiohttp), by own time --\n")
+    pstats.Stats(io_prof, stream=buf).strip_dirs().sort_stats("tottime").print_stats(20)
+    buf.write("-- fsspec I/O thread, by cumulative time --\n")
+    pstats.Stats(io_prof, stream=buf).strip_dirs().sort_stats("cumulative").print_stats(25)
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main() -> int:
+    args = parse_args()
+    n_small = 30 if args.quick else 200
+    rows = 200_000 if args.quick else 2_000_000
+    fake_aws_env()
+    print(f"# bench_s3 ({'quick' if args.quick else 'full'}): {machine_note()}")
+    print(
+        "note: the S3 server is moto, a Python emulator in a separate local process on the same cores "
+        "(writes serialized under one lock); its latency and throughput are not AWS's. Compare the "
+        "ratios ours / deltalake on the same server and S3 / local."
+    )
+    print("note: ours-s3 uses slots=InMemorySlotStore(): valid for writers in one process only.")
+    data = make_data(rows)
+    mb = data.nbytes / 1e6
+    print(
+        f"sizes: {n_small} one-row appends per run; bulk {rows:,} rows = {mb:.1f} MB in Arrow; "
+        f"{args.repeat} runs each"
+    )
+
+    small: dict[str, list[Timing]] = {c: [] for c in SMALL_CONFIGS}
+    writes: dict[str, list[Timing]] = {c: [] for c in CONFIGS}
+    scans: dict[str, list[Timing]] = {c: [] for c in CONFIGS}
+    files: dict[str, tuple[int, int]] = {}
+    local_root = tempfile.mkdtemp(prefix="bench-s3-")
+    try:
+        with MotoS3Server() as server:
+            print(
+                f"S3 server: {server.endpoint_url} (pid {server.pid}, up in {server.startup_seconds:.1f} s)"
+            )
+            place = Place(server.endpoint_url, make_bucket(server.endpoint_url), local_root)
+            warm_up(place, server, data.slice(0, 1000))
+            for rep in range(args.repeat):
+                for config in rotated(SMALL_CONFIGS, rep):
+                    small[config].append(run_small(config, place, server, n_small, rep))
+                wrote, scanned = run_bulk(place, server, data, rep, files)
+                for config in CONFIGS:
+                    writes[config].append(wrote[config])
+                    scans[config].append(scanned[config])
+                print(
+                    f"  run {rep + 1}: appends/s "
+                    + ", ".join(f"{c} {n_small / small[c][-1].seconds:.0f}" for c in SMALL_CONFIGS)
+                    + "; write MB/s "
+                    + ", ".join(f"{c} {mb / wrote[c].seconds:.0f}" for c in CONFIGS)
+                    + "; scan MB/s "
+                    + ", ".join(f"{c} {mb / scanned[c].seconds:.0f}" for c in CONFIGS),
+                    flush=True,
+                )
+            profile = profile_small(place, n_small) if args.profile else ""
+        requests = request_counts(n_small, data)
+    finally:
+        shutil.rmtree(local_root, ignore_errors=True)
+
+    # ---- small appends
+    cps = {c: Stat.of([n_small / t.seconds for t in small[c]]) for c in SMALL_CONFIGS}
+    rows_small = []
+    for c in SMALL_CONFIGS:
+        rows_small.append(
+            [
+                c,
+                cps[c].fmt(".0f"),
+                Stat.of([1000 * t.seconds / n_small for t in small[c]]).fmt(".2f"),
+                Stat.of([1000 * t.cpu / n_small for t in small[c]]).fmt(".2f"),
+                Stat.of([1000 * t.server_cpu / n_small for t in small[c]]).fmt(".2f") if is_s3(c) else "-",
+                f"{ratio(cps['ours-s3'].median, cps[c].median):.2f}x",
+            ]
+        )
+    print_table(
+        f"Small appends: {n_small} one-row appends, median [min-max] of {args.repeat}",
+        ["config", "commits/s", "ms/commit", "client CPU ms/commit", "S3 server CPU ms/commit",
+         "ours-s3 / config (commits/s)"],
+        rows_small,
+    )  # fmt: skip
+
+    # ---- bulk
+    w = {c: Stat.of([t.seconds for t in writes[c]]) for c in CONFIGS}
+    s = {c: Stat.of([t.seconds for t in scans[c]]) for c in CONFIGS}
+    rows_bulk = []
+    for phase, st, runs in (("write", w, writes), ("full scan", s, scans)):
+        for c in CONFIGS:
+            rows_bulk.append(
+                [
+                    phase,
+                    c,
+                    st[c].fmt(".2f"),
+                    f"{mb / st[c].median:.0f} [{mb / st[c].high:.0f}-{mb / st[c].low:.0f}]",
+                    Stat.of([t.cpu for t in runs[c]]).fmt(".2f"),
+                    Stat.of([t.server_cpu for t in runs[c]]).fmt(".2f") if is_s3(c) else "-",
+                    f"{files[c][0]} / {files[c][1] / 1e6:.0f} MB" if phase == "write" else "",
+                ]
+            )
+    print_table(
+        f"Bulk write and full scan of {rows:,} rows ({mb:.0f} MB in Arrow), "
+        f"median [min-max] of {args.repeat}",
+        ["phase", "config", "seconds", "MB/s", "client CPU s", "S3 server CPU s", "data files / bytes"],
+        rows_bulk,
+    )  # fmt: skip
+
+    # ---- ratios
+    # Throughputs (higher is faster) per measurement and configuration.
+    throughput: dict[str, dict[str, float]] = {
+        "small appends (commits/s)": {c: cps[c].median for c in SMALL_CONFIGS},
+        "small appends, deltalake through one DeltaTable": {
+            **{c: cps[c].median for c in SMALL_CONFIGS},
+            "deltalake-s3": cps["deltalake-s3-handle"].median,
+        },
+        "bulk write (MB/s)": {c: mb / w[c].median for c in CONFIGS},
+        "full scan (MB/s)": {c: mb / s[c].median for c in CONFIGS},
+    }
+    ratio_rows = []
+    for label, t in throughput.items():
+        ratio_rows.append(
+            [
+                label,
+                f"{ratio(t['ours-s3'], t['deltalake-s3']):.2f}x",
+                f"{ratio(t['ours-local'], t['deltalake-local']):.2f}x",
+                f"{ratio(t['ours-s3'], t['ours-local']):.2f}x",
+                f"{ratio(t['deltalake-s3'], t['deltalake-local']):.2f}x",
+            ]
+        )
+    print_table(
+        "Throughput ratios (medians; > 1 means the first is faster)",
+        ["measurement", "ours-s3 / deltalake-s3", "ours-local / deltalake-local", "ours: S3 / local",
+         "deltalake: S3 / local"],
+        ratio_rows,
+    )  # fmt: skip
+
+    # ---- requests
+    kinds = sorted({k for counts in requests.values() for k in counts}, key=lambda k: (k[0] == "(", k))
+    req_rows = []
+    for (config, what), counts in sorted(requests.items()):
+        per = n_small if what == "append" else 1
+        req_rows.append(
+            [config, f"per small append (mean of {n_small})" if what == "append" else "create + bulk write"]
+            + [f"{counts[k] / per:.2f}".rstrip("0").rstrip(".") if counts[k] else "0" for k in kinds]
+            + [f"{sum(v for k, v in counts.items() if not k.startswith('(')) / per:.2f}"]
+        )
+    print_table(
+        "S3 requests (server log; LIST = GET with a list query; '(X 404)' etc. are included in X)",
+        ["config", "operation", *kinds, "total"],
+        req_rows,
+    )
+    if profile:
+        print("### cProfile: ours-s3 small appends\n\n```\n" + profile.rstrip() + "\n```")
+    print(f"verification: every small-append run reached version {n_small} with {n_small} rows; every scan "
+          f"returned {rows:,} rows with the written sum(id) -> OK")  # fmt: skip
+    with open("/proc/loadavg") as f:
+        print(f"load average at the end: {' '.join(f.read().split()[:3])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
