@@ -187,6 +187,16 @@ def _partition_groups(
     ]
 
 
+_OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl"})
+
+
+def _flat_namespace(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether ``fs`` is an object store: keys, no directories (``makedirs`` would only
+    cost a request)."""
+    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    return bool(_OBJECT_STORES & set(protocols))
+
+
 class _Writer:
     """Writes the files of one ``write_data_files`` call and collects their add actions."""
 
@@ -225,7 +235,8 @@ class _Writer:
         total = self.file_data.num_rows if indices is None else len(indices)
         directory = f"{self.root}/{pdir}" if pdir else self.root
         if directory not in self.made_dirs:
-            self.fs.makedirs(directory, exist_ok=True)
+            if not _flat_namespace(self.fs):  # an object store has no directories to make
+                self.fs.makedirs(directory, exist_ok=True)
             self.made_dirs.add(directory)
         pos = 0
         while pos < total:

@@ -248,13 +248,12 @@ class LogStore:
                 # owner cleaned up): fall back to an exclusive write of the bytes.
                 return self._exclusive_local_write(target, data)
         # Object stores: a conditional put (S3 ``If-None-Match: *``), so a commit another
-        # writer published at this version is never overwritten; the lock makes fsspec's
-        # in-process memory file system atomic too.
+        # writer published at this version is never overwritten, in one request (file
+        # systems without one check, then write); the lock makes fsspec's in-process memory
+        # file system atomic too.
         with _MEMORY_LOCK:
-            if self._fresh(target).exists(target):
-                return False
             try:
-                self.fs.pipe_file(target, data, mode="create")
+                self._fresh(target).pipe_file(target, data, mode="create")
             except FileExistsError:
                 return False
             return True

@@ -1,7 +1,7 @@
 """A real S3 API for tests: moto's standalone server in its own process on a loopback port.
 
 The server is this file run as a script (``python s3server.py serve --port N``), which starts
-``moto.server`` (from the ``moto[server]`` package of the ``test`` extra) in a child process of
+``moto.server`` (moto[s3], flask and flask-cors, from the ``test`` extra) in a child process of
 the test run, in its own process group, bound to 127.0.0.1 on a port picked by the kernel. Being
 a separate process, it is reachable from every process a test starts (writers on "other
 machines"), unlike moto's in-process ``ThreadedMotoServer``. Its output goes to a log file
@@ -64,7 +64,7 @@ REGION = "us-east-1"
 DIR_PREFIX = "eventlog-s3-"
 INSTALL_HINT = (
     "Install moto's standalone server with ./scripts/bootstrap.sh (the project's 'test' extra "
-    "has moto[server]), or: pip install -e '.[test]'"
+    "has moto[s3], flask and flask-cors), or: pip install -e '.[test]'"
 )
 _SCRIPT = Path(__file__).resolve().with_name("moto_serve.py")  # runs the server process
 _POLL = 0.05
