@@ -18,6 +18,7 @@ under which the newest action wins when commits are folded.
 from __future__ import annotations
 
 import dataclasses
+from abc import abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Generic, Self, TypeVar, cast, overload
 
@@ -288,11 +289,13 @@ class ActionSequence(Sequence[_T], Generic[_T]):
             return cls(table=conform(value, cls.SCHEMA))
         return cls(items=list(value))
 
+    @abstractmethod
     def _to_table(self, items: Sequence[_T]) -> pa.Table:
-        raise NotImplementedError
+        """The values as a table of :attr:`SCHEMA`."""
 
+    @abstractmethod
     def _to_items(self, table: pa.Table) -> list[_T]:
-        raise NotImplementedError
+        """The rows of a :attr:`SCHEMA` table as values."""
 
     @property
     def table(self) -> pa.Table:

@@ -107,15 +107,20 @@ def reap_orphans() -> None:
             continue
         if pid_alive(owner):
             continue
-        try:
-            pid = int((directory / "server.pid").read_text().strip())
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except (OSError, ValueError):
-            pass
-        else:
-            if str(_SCRIPT).encode() in cmdline and str(directory).encode() in cmdline:
-                killpg(pid, signal.SIGKILL)
+        pid, cmdline = _server_of(directory)
+        if pid is not None and str(_SCRIPT).encode() in cmdline and str(directory).encode() in cmdline:
+            killpg(pid, signal.SIGKILL)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _server_of(directory: Path) -> tuple[int | None, bytes]:
+    """The pid recorded in a server directory and that process's command line, or
+    (None, b"") when either is gone."""
+    try:
+        pid = int((directory / "server.pid").read_text().strip())
+        return pid, Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None, b""
 
 
 def _free_port() -> int:
