@@ -14,12 +14,14 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-__all__ = ["Managed", "kill_all", "killpg", "log_tail", "pid_alive", "track", "untrack"]
+__all__ = ["Managed", "kill_all", "killpg", "launch", "log_tail", "pid_alive", "track", "untrack"]
 
 _live: dict[int, subprocess.Popen[bytes]] = {}
 _lock = threading.Lock()
@@ -29,6 +31,28 @@ def track(proc: subprocess.Popen[bytes]) -> None:
     """Kill ``proc`` at exit unless :func:`untrack` says it was stopped."""
     with _lock:
         _live[proc.pid] = proc
+
+
+def launch(
+    cmd: Sequence[str], *, log: Path, cwd: Path, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` with its output appended to ``log`` (after a launch line), in its own
+    session (a Ctrl-C aimed at pytest does not stop it mid-test, and :func:`killpg` reaches
+    what it spawns), tracked until :func:`untrack`."""
+    with log.open("ab") as logfile:
+        logfile.write(f"\n=== launching at {time.strftime('%H:%M:%S')}: {' '.join(cmd)}\n".encode())
+        logfile.flush()
+        proc = subprocess.Popen(
+            list(cmd),
+            stdin=subprocess.DEVNULL,
+            stdout=logfile,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=None if env is None else dict(env),
+            start_new_session=True,
+        )
+    track(proc)
+    return proc
 
 
 def untrack(pid: int) -> None:

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Self
 
-from tests.support.processes import Managed, killpg, log_tail, pid_alive, track, untrack
+from tests.support.processes import Managed, killpg, launch, log_tail, pid_alive, untrack
 
 __all__ = [
     "ACCESS_KEY",
@@ -235,21 +235,8 @@ class MotoS3Server(Managed):
         assert self.log_path is not None
         cmd = self._command()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        with self.log_path.open("ab") as logfile:
-            logfile.write(f"=== launching at {time.strftime('%H:%M:%S')}: {' '.join(cmd)}\n".encode())
-            logfile.flush()
-            # Own session/process group: a Ctrl-C aimed at pytest does not stop it mid-test.
-            proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=logfile,
-                stderr=subprocess.STDOUT,
-                cwd=self.dir,
-                env=env,
-                start_new_session=True,
-            )
+        proc = launch(cmd, log=self.log_path, cwd=self.dir, env=env)
         self._proc = proc
-        track(proc)
         (self.dir / "server.pid").write_text(f"{proc.pid}\n")
 
     def _wait_until_serving(self) -> float:

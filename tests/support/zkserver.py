@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
-from tests.support.processes import Managed, kill_all, killpg, log_tail, pid_alive, track, untrack
+from tests.support.processes import Managed, kill_all, killpg, launch, log_tail, pid_alive, untrack
 
 __all__ = [
     "HOSTS_ENV",
@@ -401,22 +401,9 @@ class ZooKeeperServer(Managed):
             MAIN_CLASS,
             str(self.config_path),
         ]
-        with self.log_path.open("ab") as logfile:
-            logfile.write(f"\n=== launching at {time.strftime('%H:%M:%S')}: {' '.join(cmd)}\n".encode())
-            logfile.flush()
-            # Own session/process group: a Ctrl-C aimed at pytest does not hit the JVM mid-test,
-            # and killpg reaches anything the JVM might spawn.
-            proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=logfile,
-                stderr=subprocess.STDOUT,
-                cwd=self.dir,
-                start_new_session=True,
-            )
+        proc = launch(cmd, log=self.log_path, cwd=self.dir)
         self._proc = proc
         self._stopping = False
-        track(proc)
         (self.dir / "zookeeper.pid").write_text(f"{proc.pid}\n")
 
     def wait_until_serving(self, timeout: float | None = None, *, require_mode: bool = True) -> float:
