@@ -254,11 +254,13 @@ class CommitFailedError(EventlogError):
 
 
 class SlotStoreRequiredError(InvalidInputError):
-    """A write to a table on an object store (``s3://``...) whose handle names no slot store.
+    """A table on an object store (``s3://``...) without a slot store that can guard it.
 
     Writers on other machines reach the same table, and a lock on this machine cannot guard
-    them: pass ``slots="zk://host:2181/chroot"`` (or set ``$EVENTLOG_SLOTS``). Reading needs
-    no slot store. Raised before anything is written; field ``uri``.
+    them. Raised by a write through a handle that names no slot store (reading needs none),
+    and at open when the slot store named is a local-file one. Pass
+    ``slots="zk://host:2181/chroot"`` (or set ``$EVENTLOG_SLOTS``). Raised before anything
+    is written; field ``uri``.
     """
 
     def __init__(self, message: str, *, uri: str) -> None:

@@ -124,7 +124,6 @@ class Table:
         name = check_optional_text(name, "table name")
         description = check_optional_text(description, "table description")
         table = cls._with_slots(log, slots, retry_policy=retry_policy, app_id=app_id, audit_key=audit_key)
-        store = table.slots
         latest = table.latest_version()
         if latest >= 0:
             table.close()
@@ -154,7 +153,7 @@ class Table:
                 raise
             txn.add_metrics(numFiles=len(adds), numOutputRows=rows.num_rows)
         txn.commit()
-        store.bind(table.key, metadata.id)
+        table.bind_slots(metadata.id)
         return table
 
     @classmethod
@@ -188,7 +187,6 @@ class Table:
         )  # fmt: skip
         try:
             table._snapshot = table._load(None)
-            table.slots.bind(table.key, table._snapshot.table_id)
         except BaseException:
             table.close()
             raise
@@ -349,6 +347,11 @@ class Table:
 
     def _read_commit(self, version: int, *, required: bool) -> Commit | None:
         return self.commitlog.read_commit(version, required=required)
+
+    def bind_slots(self, table_id: str) -> None:
+        """Bind the version slots to ``table_id`` before this handle's first write (see
+        :meth:`CommitLog.bind_once`); raises ``TableBindingError`` for another table's slots."""
+        self.commitlog.bind_once(table_id)
 
     def note_committed(self, commit: Commit) -> None:
         """Fold this process's own commit into the cached snapshot; checkpoint if due."""

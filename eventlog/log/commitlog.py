@@ -53,16 +53,44 @@ RECOVERY_MARK_AGE = 0.25  # a live owner publishes within milliseconds of its cl
 SlotsSpec = SlotStore | str | None
 
 
+def _is_memory(log: LogStore) -> bool:
+    protocol = log.fs.protocol
+    return "memory" in ((protocol,) if isinstance(protocol, str) else tuple(protocol))
+
+
+def _refuse_local_store_for_remote(store: SlotStore, log: LogStore) -> None:
+    """A local-file slot store guards the writers of one machine only: refuse it for a
+    table that writers on other machines reach (an object store)."""
+    if isinstance(store, LocalFileSlotStore) and not log.is_local and not _is_memory(log):
+        raise SlotStoreRequiredError(
+            f"{log.uri} is on an object store that writers on other machines reach too, but "
+            f"the slot store named for it is a local-file store ({store.root}): its locks "
+            'guard one machine only. Use ZooKeeper slots (slots="zk://host:2181/chroot") '
+            "or set $EVENTLOG_SLOTS to one",
+            uri=log.uri,
+        )
+
+
 def resolve_slots(spec: SlotsSpec, log: LogStore) -> SlotStore:
-    """The slot store for a table: explicit, ``$EVENTLOG_SLOTS``, or the embedded default."""
+    """The slot store for a table: explicit, ``$EVENTLOG_SLOTS``, or the embedded default.
+
+    A local-file store named for an object-store table is refused with
+    :class:`SlotStoreRequiredError` (it cannot guard other machines' writers)."""
     if isinstance(spec, SlotStore):
+        _refuse_local_store_for_remote(spec, log)
         return spec
     spec = spec or os.environ.get(ENV_VAR) or None
     if spec is not None:
-        return open_slot_store(spec)
+        store = open_slot_store(spec)
+        try:
+            _refuse_local_store_for_remote(store, log)
+        except SlotStoreRequiredError:
+            release_slot_store(store)
+            raise
+        return store
     if log.is_local:
         return LocalFileSlotStore(os.path.join(log.root, "_eventlog", "slots"))
-    if log.fs.protocol in ("memory", ("memory",)) or "memory" in tuple(log.fs.protocol):
+    if _is_memory(log):
         return InMemorySlotStore.shared()
     # Any other file system is reached from other machines too: no store made here could
     # guard their writers, so this handle may read but not write.
@@ -118,7 +146,7 @@ def acquire_slots(spec: SlotsSpec, log: LogStore) -> tuple[SlotStore, Callable[[
     (:func:`lockstore.registry.release_slot_store`); None for a store the caller passed in,
     which stays the caller's to close."""
     if isinstance(spec, SlotStore):
-        return spec, None
+        return resolve_slots(spec, log), None
     store = resolve_slots(spec, log)
     return store, functools.partial(release_slot_store, store)
 
@@ -145,6 +173,17 @@ class CommitLog:
         self._digests: OrderedDict[int, str] = OrderedDict()  # SHA-256 of commit files' bytes
         self._lock = threading.RLock()
         self._release: Callable[[], object] | None = None
+        self._bound: str | None = None  # the table id this handle bound its slots to
+
+    def bind_once(self, table_id: str) -> None:
+        """Bind the slots to ``table_id`` (:meth:`lockstore.SlotStore.bind`), once per handle.
+
+        Writers call it before their first claim, not at open: a handle that only reads
+        never writes into the slot store (the local-file store keeps its binding under
+        ``<table>/_eventlog``, which may be read-only or another engine's)."""
+        if self._bound != table_id:
+            self.slots.bind(self.key, table_id)
+            self._bound = table_id
 
     def own_slots(self, release: Callable[[], None]) -> None:
         """Call ``release`` once, when this log is closed or garbage collected (or at exit):

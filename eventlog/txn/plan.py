@@ -100,6 +100,8 @@ class PlanBuilder:
         protocol: Protocol | None = None,
     ) -> None:
         require_writable(table.slots)  # before anything is staged or written
+        if snapshot is not None:
+            table.bind_slots(snapshot.table_id)  # refuse another table's slots before writing
         self.table = table
         self.snapshot = snapshot
         self._predicates: list[ex.Expr] = []

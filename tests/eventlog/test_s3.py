@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -17,7 +18,8 @@ import pytest
 from eventlog import Table, write_table
 from eventlog.cli import main
 from eventlog.errors import InvalidInputError, SlotStoreRequiredError
-from lockstore import InMemorySlotStore
+from lockstore import InMemorySlotStore, LocalFileSlotStore
+from lockstore.registry import shared_slot_stores
 
 deltalake = pytest.importorskip("deltalake")
 pytest.importorskip("s3fs")
@@ -156,6 +158,23 @@ def test_without_a_slot_store_an_s3_table_reads_but_refuses_writes(
     reader.log.fs.invalidate_cache()
     assert sorted(reader.log.fs.find(reader.log.root)) == objects  # nothing written
     assert Table.open(s3_uri, slots=slots, storage_options=s3_storage_options).version == 1
+
+
+def test_a_local_file_slot_store_is_refused_for_an_s3_table(
+    s3_uri: str, s3_storage_options: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its locks guard one machine: named explicitly, by spec or through $EVENTLOG_SLOTS, it
+    is refused at open with the same typed error, which says to use ZooKeeper slots."""
+    for slots in (LocalFileSlotStore(tmp_path / "a"), f"file://{tmp_path / 'b'}", str(tmp_path / "c")):
+        with pytest.raises(SlotStoreRequiredError, match="zk://") as info:
+            Table.create(s3_uri, SCHEMA, slots=slots, storage_options=s3_storage_options)
+        assert info.value.uri == s3_uri
+    monkeypatch.setenv("EVENTLOG_SLOTS", str(tmp_path / "d"))
+    with pytest.raises(SlotStoreRequiredError, match="local-file store"):
+        write_table(s3_uri, _rows([1], "d"), storage_options=s3_storage_options)
+    assert not Table.exists(s3_uri, storage_options=s3_storage_options)
+    assert list(tmp_path.iterdir()) == []  # no local store wrote anything
+    assert shared_slot_stores() == []  # the refused stores opened from specs were given back
 
 
 def test_the_cli_reads_an_s3_table_with_storage_options(
