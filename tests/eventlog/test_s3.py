@@ -98,6 +98,29 @@ def test_the_table_api_end_to_end_on_s3(
     assert _theirs(s3_uri, deltalake_s3_options) == (t.version, _sorted(t.to_arrow()))
 
 
+def test_vacuum_on_s3_reads_modification_times_from_the_store(
+    s3_uri: str, s3_storage_options: dict[str, Any]
+) -> None:
+    """S3 has no directories and reports LastModified per object: files younger than the
+    retention are kept, older ones (here: any, with a zero retention) are deleted, and
+    abandoned staged commits go the same way."""
+    t = Table.create(s3_uri, SCHEMA, slots=InMemorySlotStore(), storage_options=s3_storage_options)
+    t.append(_rows([1, 2], "d"))
+    t.overwrite(_rows([3], "d"))  # the first append's file is no longer referenced
+    fs, root = t.log.fs, t.log.root
+    fs.pipe_file(f"{root}/date=d/orphan.parquet", b"not referenced")
+    fs.pipe_file(f"{root}/_delta_log/_staged_commits/abandoned.json", b"{}")
+    removed = t.snapshot(1).paths()
+    assert t.vacuum(retention_hours=1, enforce_retention=False) == []  # all of it is new
+    deleted = t.vacuum(retention_hours=0, enforce_retention=False)
+    assert sorted(p.removeprefix(s3_uri + "/") for p in deleted) == sorted(
+        [*removed, "date=d/orphan.parquet", "_delta_log/_staged_commits/abandoned.json"]
+    )
+    fs.invalidate_cache()
+    assert not any(fs.exists(f"{root}/{p}") for p in [*removed, "date=d/orphan.parquet"])
+    assert _sorted(t.to_arrow()) == [{"id": 3, "date": "d", "x": 30}]
+
+
 def test_write_table_on_s3_creates_then_appends(s3_uri: str, s3_storage_options: dict[str, Any]) -> None:
     slots = InMemorySlotStore()
     assert write_table(s3_uri, _rows([1], "d"), slots=slots, storage_options=s3_storage_options).version == 0
