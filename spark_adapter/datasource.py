@@ -16,6 +16,15 @@ Options (case-insensitive):
 
 ============================  ==========================================================
 ``path``                      the table location (``load(uri)`` / ``save(uri)``)
+``storage.<name>``            an fsspec storage option of the table's file system, e.g.
+                              ``storage.endpoint_url``, ``storage.key``, ``storage.secret``
+                              for ``s3://`` (s3fs). Spark lower-cases option names;
+                              ``true``/``false`` become booleans, other values are strings
+``storageOptions``            a JSON object of fsspec storage options, for nested or typed
+                              values (``{"client_kwargs": {"region_name": "eu-west-1"}}``)
+                              and names with capitals; a name may not be given both ways.
+                              The options reach every task and are never written to the
+                              table's log
 ``slots``                     slot store URI, passed to ``Table.open(uri, slots=...)``
 ``versionAsOf``               read: time travel to a version
 ``timestampAsOf``             read: the latest version committed at or before an ISO time
@@ -57,7 +66,7 @@ from spark_adapter.types import (
     option,
     option_bool,
     option_int,
-    table_uri,
+    table_location,
 )
 from spark_adapter.writer import EventlogWriter, plan_write
 
@@ -82,7 +91,7 @@ class EventlogDataSource(DataSource):  # type: ignore[misc]
     def reader(self, schema: StructType) -> DataSourceReader:
         snap = self._snapshot(getattr(self, "_pinned_version", None))
         source = ScanSource(
-            uri=table_uri(self.options),
+            location=table_location(self.options),
             slots=option(self.options, "slots"),
             version=snap.version,
             schema_json=snap.metadata.schema_string,
@@ -110,14 +119,17 @@ class EventlogDataSource(DataSource):  # type: ignore[misc]
     def _snapshot(self, pinned: int | None = None) -> Snapshot:
         """The snapshot a read sees: ``pinned``, else the time-travel options, else latest."""
         options = self.options
-        table = Table.open(table_uri(options), slots=option(options, "slots"))
-        if pinned is not None:
-            return table.snapshot(pinned)
-        version = option_int(options, "versionAsOf")
-        timestamp = option(options, "timestampAsOf")
-        if version is not None and timestamp is not None:
-            raise InvalidInputError("Cannot specify both versionAsOf and timestampAsOf; use one")
-        return table.snapshot(version, timestamp=timestamp)
+        location = table_location(options)
+        with Table.open(
+            location.uri, slots=option(options, "slots"), storage_options=location.storage_options
+        ) as table:
+            if pinned is not None:
+                return table.snapshot(pinned)
+            version = option_int(options, "versionAsOf")
+            timestamp = option(options, "timestampAsOf")
+            if version is not None and timestamp is not None:
+                raise InvalidInputError("Cannot specify both versionAsOf and timestampAsOf; use one")
+            return table.snapshot(version, timestamp=timestamp)
 
 
 def activate(spark: Any) -> None:

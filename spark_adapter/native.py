@@ -18,8 +18,12 @@ Spark's vectorized Parquet reader, so no row passes through Python:
   pays nothing for it.
 
 Where Spark's Hadoop layer has no filesystem for the table's scheme (``memory://``, or an
-object store without its connector), ``read_table`` falls back to the ``eventlog`` Python
-data source with one log line.
+object store without its connector: ``s3://`` here, where Spark ships no ``hadoop-aws``),
+and whenever the table comes with fsspec ``storage_options`` (Hadoop cannot take them),
+``read_table``, ``EventlogTable.toDF`` and DML reads fall back to the ``eventlog`` Python
+data source (Python tasks read the files with fsspec, the options passed as its
+``storageOptions``), with one INFO log line. Object-store tables are therefore never
+scanned natively by this module.
 """
 
 from __future__ import annotations
@@ -41,18 +45,18 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from eventlog import expr as ex
-from eventlog.errors import DataFileNotFoundError, InvalidInputError
+from eventlog.errors import DataFileNotFoundError
 from eventlog.files.partition_values import decode_partition_value
 from eventlog.files.pruning import prune_files
 from eventlog.files.schema import from_spark_schema_json
 from eventlog.log.actions import AddFile
 from eventlog.log.filetable import add_files
-from eventlog.log.storage import normalize_uri
+from eventlog.log.location import TableLocation
 from eventlog.snapshot import Snapshot
 from eventlog.table import Table
 from spark_adapter import jvm_reader
 from spark_adapter.native_dv import distinct_sizes, dv_filter, dv_scans, size_lookup
-from spark_adapter.types import activate_session, nullable_schema
+from spark_adapter.types import activate_session, nullable_schema, storage_spark_options
 
 __all__ = [
     "MAX_PARTITION_SCANS",
@@ -62,6 +66,7 @@ __all__ = [
     "native_enabled",
     "tagged_rows",
     "hadoop_uri",
+    "native_root",
     "read_table",
     "snapshot_dataframe",
 ]
@@ -86,7 +91,7 @@ def read_table(
     uri: str,
     version: int | None = None,
     timestamp: dt.datetime | str | int | None = None,
-    storage_options: dict[str, str] | None = None,
+    storage_options: dict[str, Any] | None = None,
     where: str | None = None,
     *,
     slots: Any = None,
@@ -94,38 +99,55 @@ def read_table(
     """The table at ``version``/``timestamp`` (latest when both are None) as a DataFrame read
     by Spark's own Parquet reader; ``where`` (SQL) prunes files on the driver and filters rows.
 
-    ``storage_options`` are not accepted yet: object stores come with their own issue, and
-    until then only filesystems Spark's Hadoop layer and fsspec both open without options
-    (local paths, HDFS, configured connectors) are read natively.
+    ``storage_options`` (fsspec options: endpoint, credentials...) open the table; with
+    them, or on a scheme Spark's Hadoop layer cannot open (``s3://`` without ``hadoop-aws``,
+    ``memory://``), the rows are read by the ``eventlog`` Python data source instead, its
+    tasks given the same options (see the module docstring).
     """
-    if storage_options:
-        raise InvalidInputError(
-            "read_table: storage_options are not supported yet; configure the filesystem in "
-            "Spark's Hadoop configuration and fsspec's defaults instead"
-        )
-    with Table.open(uri, slots=slots) as table:
+    location = TableLocation.of(uri, storage_options)
+    with Table.open(location.uri, slots=slots, storage_options=location.storage_options) as table:
         snap = table.snapshot(version, timestamp=timestamp)
-        canonical = table.uri
+        canonical = TableLocation.of(table.uri, location.storage_options)
     return snapshot_dataframe(spark, canonical, snap, where, slots=slots)
 
 
 def snapshot_dataframe(
-    spark: SparkSession, uri: str, snapshot: Snapshot, where: str | None = None, *, slots: Any = None
+    spark: SparkSession,
+    location: str | TableLocation,
+    snapshot: Snapshot,
+    where: str | None = None,
+    *,
+    slots: Any = None,
 ) -> DataFrame:
-    """The live rows of ``snapshot`` (of the table at ``uri``): natively when Spark can open
-    the files, else through the Python data source (one INFO log line says so)."""
-    scan = NativeScan(spark, uri, snapshot, where)
-    root = hadoop_uri(spark, uri)
+    """The live rows of ``snapshot`` (of the table at ``location``): natively when Spark can
+    open the files, else through the Python data source (one INFO log line says so)."""
+    location = TableLocation.of(location)
+    scan = NativeScan(spark, location, snapshot, where)
+    root = native_root(spark, location)
     if root is None or not native_enabled(spark):
-        why = f"{NATIVE_CONF} is false" if root is not None else "Spark's Hadoop layer cannot open its scheme"
+        if root is not None:
+            why = f"{NATIVE_CONF} is false"
+        elif location.options:
+            why = "it has storage options, which Spark's Hadoop layer cannot take"
+        else:
+            why = "Spark's Hadoop layer cannot open its scheme"
         log.info(
             "native read of %s off (%s): reading version %d through the eventlog Python data source",
-            uri,
+            location.uri,
             why,
             snapshot.version,
         )
         return scan.python_source(slots)
     return scan.dataframe(root)
+
+
+def native_root(spark: SparkSession, location: TableLocation) -> str | None:
+    """The Hadoop URI Spark's Parquet reader scans ``location`` by, or None when it cannot:
+    no Hadoop FileSystem for the scheme, or fsspec storage options (which only the Python
+    data source's tasks can use)."""
+    if location.options:
+        return None
+    return hadoop_uri(spark, location.uri)
 
 
 def hadoop_uri(spark: SparkSession, uri: str) -> str | None:
@@ -152,7 +174,7 @@ class NativeScan:
     def __init__(
         self,
         spark: SparkSession,
-        uri: str,
+        location: str | TableLocation,
         snapshot: Snapshot,
         where: str | None = None,
         *,
@@ -162,10 +184,11 @@ class NativeScan:
         """Plan ``snapshot``'s live files (or ``files``), pruned by ``where``; rows get the
         columns of ``schema_string`` (default: the snapshot's schema)."""
         self.spark = spark
-        self.uri = uri
+        self.location = TableLocation.of(location)
+        self.uri = self.location.uri
         self.snapshot = snapshot
         self.where = where
-        self.fs, self.root, _ = normalize_uri(uri)
+        self.fs, self.root = self.location.files()
         text = schema_string if schema_string is not None else snapshot.metadata.schema_string
         self.schema = T.StructType.fromJson(orjson.loads(text))
         self.arrow_schema = from_spark_schema_json(text)
@@ -189,6 +212,7 @@ class NativeScan:
     def python_source(self, slots: Any) -> DataFrame:
         activate_session(self.spark)
         reader = self.spark.read.format("eventlog").option("versionAsOf", self.snapshot.version)
+        reader = reader.options(**storage_spark_options(self.location))
         if isinstance(slots, str):
             reader = reader.option("slots", slots)
         return self._filtered(reader.load(self.uri))
@@ -338,7 +362,7 @@ def _tag_names(tags: Tags | None) -> list[Column]:
 
 def tagged_rows(
     spark: SparkSession,
-    uri: str,
+    location: TableLocation,
     snapshot: Snapshot | None,
     schema_string: str,
     files: Sequence[tuple[int, AddFile]],
@@ -346,11 +370,12 @@ def tagged_rows(
     position_column: str,
 ) -> DataFrame | None:
     """Live rows of ``files`` (id, file) with their file id and physical position, read
-    natively; None when the session disables native reads or Spark cannot open the files."""
-    root = hadoop_uri(spark, uri)
+    natively; None when the session disables native reads or Spark cannot open the files
+    (see :func:`native_root`)."""
+    root = native_root(spark, location)
     if root is None or snapshot is None or not native_enabled(spark):
         return None
-    scan = NativeScan(spark, uri, snapshot, files=[f for _, f in files], schema_string=schema_string)
+    scan = NativeScan(spark, location, snapshot, files=[f for _, f in files], schema_string=schema_string)
     tags = Tags({f.path: fid for fid, f in files}, file_column, position_column)
     return scan.dataframe(root, tags)
 

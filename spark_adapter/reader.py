@@ -56,7 +56,7 @@ from eventlog.files.scan import read_live_rows
 from eventlog.files.schema import from_spark_schema_json
 from eventlog.log.actions import AddFile
 from eventlog.log.filetable import add_files
-from eventlog.log.storage import LogStore
+from eventlog.log.location import TableLocation
 from eventlog.snapshot import Snapshot
 from eventlog.table import Table
 from spark_adapter.types import spark_arrow_schema, to_spark_arrow
@@ -89,14 +89,19 @@ _COMPARISONS: dict[type, str] = {
 
 @dataclasses.dataclass(frozen=True)
 class ScanSource:
-    """The table and version a scan reads (resolved once, by ``DataSource.schema``)."""
+    """The table and version a scan reads (resolved once, by ``DataSource.schema``); the
+    location carries the storage options, so tasks reach the files as the driver did."""
 
-    uri: str
+    location: TableLocation
     slots: str | None
     version: int
     schema_json: str  # the snapshot's table schema (Spark JSON)
     partition_columns: tuple[str, ...]
     max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
+
+    @property
+    def uri(self) -> str:
+        return self.location.uri
 
     @property
     def schema(self) -> pa.Schema:
@@ -136,7 +141,8 @@ class EventlogReader(DataSourceReader):  # type: ignore[misc]
         snap = self._snapshot
         if snap is None:
             src = self.source
-            snap = Table.open(src.uri, slots=src.slots).snapshot(src.version)
+            with Table.open(src.uri, slots=src.slots, storage_options=src.location.storage_options) as table:
+                snap = table.snapshot(src.version)
         pred = None
         if self.predicates:
             pred = ex.parse_predicate(" AND ".join(f"({p})" for p in self.predicates), snap.schema)
@@ -169,11 +175,11 @@ class EventlogReader(DataSourceReader):  # type: ignore[misc]
         src = self.source
         schema = src.schema
         columns = _table_columns(self.output, schema)
-        store = LogStore(src.uri)
+        fs, root = src.location.files()
         target = spark_arrow_schema(self.output)
         for add in files:
             # One file at a time: a task's memory stays at one file's rows.
-            rows = read_live_rows(store.fs, store.root, [add], schema, src.partition_columns, columns=columns)
+            rows = read_live_rows(fs, root, [add], schema, src.partition_columns, columns=columns)
             rows = rows.select(columns).rename_columns(target.names)
             yield from to_spark_arrow(rows, target).to_batches(max_chunksize=_BATCH_ROWS)
 

@@ -14,6 +14,11 @@ module maps it onto pyspark's Python streaming source API:
   ``failOnDataLoss``. Tasks read through :class:`spark_adapter.reader.EventlogReader`, one
   file at a time, deletion vectors applied, as Arrow batches of exactly Spark's schema.
 
+Storage options (``storage.<name>``, ``storageOptions``; see :mod:`spark_adapter.datasource`)
+come from the query's options on every run: the driver-side worker opens the table with
+them and every input partition carries them (in its :class:`ScanSource`). Offsets hold no
+location, so nothing of them reaches the checkpoint.
+
 Admission: ``getDefaultReadLimit`` is ``ReadMaxFiles(maxFilesPerTrigger)`` (1000 when no
 limit is set) or ``ReadMaxBytes(maxBytesPerTrigger)`` when only that is set; with both
 set, the bytes limit is applied alongside the files limit. ``ReadAllAvailable`` (e.g.
@@ -54,7 +59,7 @@ from spark_adapter.reader import (
     pack_files,
     split_bytes,
 )
-from spark_adapter.types import option, option_int, table_uri
+from spark_adapter.types import option, option_int, table_location
 from streaming.source import Admission, ChangeSource, SourceFile, SourceOptions, lost_file
 
 __all__ = ["EventlogStreamReader", "StreamFilesPartition"]
@@ -85,7 +90,8 @@ class EventlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(
         self, options: Mapping[str, str], schema: StructType, read_version: int | None = None
     ) -> None:
-        self.uri = table_uri(options)
+        self.location = table_location(options)
+        self.uri = self.location.uri
         self.slots = option(options, "slots")
         self.source_options = SourceOptions.parse(options)
         self.max_partition_bytes = (
@@ -105,7 +111,7 @@ class EventlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def source(self) -> ChangeSource:
         """The run's change selection (opened on first use, in the driver-side worker)."""
         if self._source is None:
-            table = Table.open(self.uri, slots=self.slots)
+            table = Table.open(self.uri, slots=self.slots, storage_options=self.location.storage_options)
             try:
                 self._source = ChangeSource(table, self.source_options, read_version=self.read_version)
             except BaseException:
@@ -152,7 +158,7 @@ class EventlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         snap = source.read_snapshot
         scan = ScanSource(
-            uri=self.uri,
+            location=self.location,
             slots=self.slots,
             version=snap.version,
             schema_json=snap.metadata.schema_string,

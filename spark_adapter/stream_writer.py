@@ -73,7 +73,14 @@ Options (case-insensitive; as for batch writes where they make sense):
 ``autoCompact``             ``true``/``false``: overrides ``delta.autoOptimize.autoCompact``
 ``autoCompactMinNumFiles``  small files in a partition that trigger a compaction (50)
 ``checkpointLease``         ``false`` turns the start-of-query ownership check off
+``storage.<name>``          fsspec storage options of the table's file system (and
+``storageOptions``          a JSON object of them), as for batch writes
 ==========================  =============================================================
+
+Storage options: the table may live on an object store (``s3://``) while the checkpoint is
+local. The options are parsed from the query's options in every planning and commit worker
+(Spark hands the options over again on every restart) and travel to the tasks inside the
+batch's plan; they are not written to the checkpoint or the table's log.
 """
 
 from __future__ import annotations
@@ -97,10 +104,10 @@ from pyspark.sql.types import StructType
 from eventlog.errors import InvalidInputError
 from eventlog.files.schema import from_spark_schema_json, to_spark_schema_json
 from eventlog.log.commitlog import resolve_slots
-from eventlog.log.storage import LogStore
+from eventlog.log.location import TableLocation
 from lockstore import LeaseOwner, SlotStore
 from lockstore.registry import ENV_VAR
-from spark_adapter.types import option, option_bool, option_int, spark_to_arrow_schema, table_uri
+from spark_adapter.types import option, option_bool, option_int, spark_to_arrow_schema, table_location
 from streaming import ownership
 from streaming.batchfiles import UNKNOWN, BatchFiles, abort_batch, write_batch_files
 from streaming.compaction import DEFAULT_MIN_FILES, parse_auto_compact
@@ -127,7 +134,7 @@ _REFUSED = {
 class StreamSettings:
     """The query's options, parsed and checked (planning and commit parse the same ones)."""
 
-    uri: str
+    location: TableLocation
     checkpoint: str | None
     complete: bool
     sink: SinkOptions
@@ -156,7 +163,7 @@ class StreamSettings:
         )
         data_schema = spark_to_arrow_schema(schema, nullable=True)
         return StreamSettings(
-            uri=table_uri(options),
+            location=table_location(options),
             checkpoint=option(options, "checkpointLocation"),
             complete=overwrite,
             sink=sink,
@@ -165,11 +172,15 @@ class StreamSettings:
         )
 
     @property
+    def uri(self) -> str:
+        return self.location.uri
+
+    @property
     def data_schema(self) -> pa.Schema:
         return from_spark_schema_json(self.schema_json)
 
     def plan(self) -> BatchPlan:
-        return plan_batch(self.uri, self.data_schema, complete=self.complete, options=self.sink)
+        return plan_batch(self.location, self.data_schema, complete=self.complete, options=self.sink)
 
 
 @dataclasses.dataclass
@@ -266,7 +277,7 @@ class EventlogStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             )
             return
         deleted = abort_batch(
-            self.settings.uri,
+            self.settings.location,
             query_id=query_id,
             batch_id=batchId,
             files=[m.files for m in done],
@@ -344,7 +355,7 @@ def _slot_store(settings: StreamSettings) -> SlotStore:
     key = (spec, "" if spec else settings.uri)
     store = _STORES.get(key)
     if store is None or store.closed:
-        store = _STORES[key] = resolve_slots(spec, LogStore(settings.uri))
+        store = _STORES[key] = resolve_slots(spec, settings.location.log_store())
     return store
 
 
@@ -353,7 +364,9 @@ def _run_hint(settings: StreamSettings) -> Any:
         query = owner.info.get("queryId")
         if not query:
             return None
-        run = latest_run(settings.uri, query_id=query, app_id=settings.sink.app_id, slots=settings.sink.slots)
+        run = latest_run(
+            settings.location, query_id=query, app_id=settings.sink.app_id, slots=settings.sink.slots
+        )
         return f"{run} (of its latest committed batch)" if run else None
 
     return hint

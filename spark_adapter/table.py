@@ -10,7 +10,15 @@ t.optimize().where("date = '2024-01-01'").executeZOrderBy("x")
 t.vacuum()                                            # 168 hours by default
 t.restoreToVersion(3)
 t.history().show()
+
+s3 = EventlogTable.forPath(spark, "s3://bucket/events", slots="zk://zk1:2181/eventlog",
+                           storage_options={"endpoint_url": url, "key": key, "secret": secret})
 ```
+
+``storage_options`` (fsspec options of the table's file system) reach every Spark task the
+operations run: the handle's :class:`~eventlog.log.location.TableLocation` travels with them.
+Tables with storage options (and ``s3://`` tables: Spark ships no S3A connector here) are
+read by Python tasks, not by Spark's Parquet reader (:mod:`spark_adapter.native`).
 
 Each DML/OPTIMIZE is one eventlog transaction, planned on the driver exactly like the
 plain-Python operation (same read predicates through ``txn.scan``, same operation name and
@@ -32,7 +40,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 
 from eventlog import Table
 from eventlog.errors import InvalidInputError
-from eventlog.log.storage import normalize_uri
+from eventlog.log.location import TableLocation
 from eventlog.ops.vacuum import (
     RETENTION_CHECK_CONF,
     abandoned_staged_commits,
@@ -67,20 +75,42 @@ class EventlogTable:
         self._spark = spark
         self._table = table
         self._alias = alias
+        # How tasks reach the table: its URI and the options its file system was built with.
+        self._location = TableLocation.from_store(table.log)
 
     @classmethod
-    def forPath(cls, spark: SparkSession, uri: str, slots: SlotsSpec = None) -> EventlogTable:
-        """Open the table at ``uri`` (TableNotFoundError if there is none)."""
-        table = Table.open(uri, slots)
+    def forPath(
+        cls,
+        spark: SparkSession,
+        uri: str,
+        slots: SlotsSpec = None,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> EventlogTable:
+        """Open the table at ``uri`` (TableNotFoundError if there is none).
+
+        ``storage_options``: fsspec options of its file system (endpoint, credentials...),
+        used here and in every Spark task of the handle's operations; InvalidInputError
+        (nothing touched) for options the file system does not take.
+        """
+        table = Table.open(uri, slots, storage_options=storage_options)
         protocol = table.log.fs.protocol
         if "memory" in (protocol if isinstance(protocol, tuple) else (protocol,)):
             # Spark tasks run in other processes, which cannot see this process's memory.
+            table.close()
             raise InvalidInputError(f"{table.uri}: memory:// tables cannot be processed by Spark tasks")
         return cls(spark, table)
 
     @staticmethod
-    def isEventlogTable(spark: SparkSession, uri: str) -> bool:
-        return Table.exists(uri)
+    def isEventlogTable(
+        spark: SparkSession, uri: str, *, storage_options: Mapping[str, Any] | None = None
+    ) -> bool:
+        return Table.exists(uri, storage_options=storage_options)
+
+    @property
+    def location(self) -> TableLocation:
+        """The table's URI with its storage options (the repr shows option names only)."""
+        return self._location
 
     def alias(self, name: str) -> EventlogTable:
         """The same table, referred to as ``name`` in MERGE conditions."""
@@ -100,7 +130,7 @@ class EventlogTable:
     def toDF(self) -> DataFrame:
         """The latest version as a DataFrame, read by Spark's own Parquet reader
         (:func:`spark_adapter.native.read_table`)."""
-        return snapshot_dataframe(self._spark, self._table.uri, self._table.refresh())
+        return snapshot_dataframe(self._spark, self._location, self._table.refresh())
 
     def history(self, limit: int | None = None) -> DataFrame:
         """One row per version, newest first (DESCRIBE HISTORY)."""
@@ -165,7 +195,8 @@ class EventlogTable:
         enforce = str(self._spark.conf.get(RETENTION_CHECK_CONF, "true")).lower() != "false"
         horizon = int(time.time() * 1000) - retention_ms(snap, retentionHours, enforce=enforce)
         valid = referenced_files(self._table, horizon)
-        fs, root, canonical = normalize_uri(self._table.uri)
+        fs, root = self._location.files()
+        canonical = self._location.uri
         staged = abandoned_staged_commits(self._table, horizon, dryRun)  # few: on the driver
         parts = snap.partition_columns
         entries = top_level_entries(fs, root, parts)
@@ -174,7 +205,7 @@ class EventlogTable:
         sc = self._spark.sparkContext
         valid_bc = sc.broadcast(frozenset(valid))
         try:
-            task = functools.partial(_vacuum_task, self._table.uri, parts, valid_bc, horizon, dryRun)
+            task = functools.partial(_vacuum_task, self._location, parts, valid_bc, horizon, dryRun)
             slices = max(1, min(len(entries), 2 * int(sc.defaultParallelism)))
             deleted = sc.parallelize(entries, slices).mapPartitions(task).collect()
         finally:
@@ -183,7 +214,7 @@ class EventlogTable:
 
 
 def _vacuum_task(
-    uri: str,
+    location: TableLocation,
     partition_columns: Sequence[str],
     valid: Any,
     horizon: int,
@@ -191,7 +222,7 @@ def _vacuum_task(
     entries: Iterator[tuple[str, bool]],
 ) -> Iterator[str]:
     """One Spark task's share of :func:`eventlog.ops.vacuum.sweep`."""
-    fs, root, _ = normalize_uri(uri)
+    fs, root = location.files()
     yield from sweep(fs, root, entries, partition_columns, valid.value, horizon, dry_run)
 
 

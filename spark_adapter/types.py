@@ -18,8 +18,9 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from eventlog.errors import InvalidInputError
+from eventlog.errors import InvalidInputError, InvalidTextError
 from eventlog.files.schema import canonical_schema, from_spark_schema_json, to_spark_schema_json
+from eventlog.log.location import TableLocation
 
 __all__ = [
     "activate_session",
@@ -30,6 +31,9 @@ __all__ = [
     "option_int",
     "spark_arrow_schema",
     "spark_to_arrow_schema",
+    "storage_options",
+    "storage_spark_options",
+    "table_location",
     "table_uri",
     "to_spark_arrow",
 ]
@@ -142,6 +146,94 @@ def table_uri(options: Mapping[str, str]) -> str:
         # Spark tasks run in separate Python processes; an in-memory filesystem is not shared.
         raise InvalidInputError(f"{uri}: memory:// tables cannot be used from Spark (one per process)")
     return uri
+
+
+STORAGE_PREFIX = "storage."
+STORAGE_JSON = "storageOptions"
+
+
+def storage_options(options: Mapping[str, str]) -> dict[str, Any]:
+    """The fsspec ``storage_options`` of a read or write: every ``storage.<name>`` option,
+    and the JSON object of ``storageOptions`` (for nested or typed values, and for names
+    with capitals: Spark lower-cases option *names*, never values).
+
+    ``storage.<name>`` values are strings, except ``true``/``false`` (any case), which
+    become booleans (fsspec's flags such as ``anon`` would take the string ``"false"`` as
+    true). A name given both ways, an empty name, or ``storageOptions`` that is not a JSON
+    object is an :class:`~eventlog.errors.InvalidTextError` whose ``argument`` names the
+    option; values never appear in messages.
+    """
+    out: dict[str, Any] = {}
+    raw_json = option(options, STORAGE_JSON)
+    if raw_json is not None:
+        try:
+            doc = json.loads(raw_json)
+        except json.JSONDecodeError as exc:
+            raise InvalidTextError(
+                f"option {STORAGE_JSON} must be a JSON object of fsspec options: "
+                f"{exc.msg} at position {exc.pos}",
+                argument=STORAGE_JSON,
+                reason="not JSON",
+                position=exc.pos,
+            ) from None
+        if not isinstance(doc, dict):
+            raise InvalidTextError(
+                f"option {STORAGE_JSON} must be a JSON object of fsspec options, "
+                f"got a JSON {type(doc).__name__}",
+                argument=STORAGE_JSON,
+                reason="not a JSON object",
+            )
+        out.update(doc)
+    for key in list(options.keys()):
+        if not key.lower().startswith(STORAGE_PREFIX):
+            continue
+        name = key[len(STORAGE_PREFIX) :]
+        what = f"{STORAGE_PREFIX}{name}"
+        if not name.strip():
+            raise InvalidTextError(
+                f"option {key!r} names no storage option (use storage.<name>)", argument=what, reason="empty"
+            )
+        if name in out:
+            raise InvalidTextError(
+                f"storage option {name!r} is given twice: as option {what} and inside {STORAGE_JSON}",
+                argument=what,
+                reason="given twice",
+            )
+        value = options[key]
+        text = "" if value is None else str(value)
+        out[name] = text.strip().lower() == "true" if text.strip().lower() in ("true", "false") else text
+    return out
+
+
+def table_location(options: Mapping[str, str]) -> TableLocation:
+    """The table location of a read or write: the ``path`` option (see :func:`table_uri`)
+    with its :func:`storage_options`."""
+    return TableLocation.of(table_uri(options), storage_options(options))
+
+
+def storage_spark_options(location: TableLocation) -> dict[str, str]:
+    """Reader/writer options that carry ``location``'s storage options through Spark (one
+    ``storageOptions`` JSON: case and types survive). InvalidTextError when a value cannot
+    be written as JSON (only Python callers can pass such values)."""
+    if not location.options:
+        return {}
+    try:
+        return {STORAGE_JSON: json.dumps(location.storage_options, sort_keys=True)}
+    except (TypeError, ValueError):
+        bad = [k for k, v in location.options if not _json_ok(v)]
+        raise InvalidTextError(
+            f"storage options {bad} of {location.uri} cannot be passed to Spark as options (not JSON values)",
+            argument="storage option",
+            reason="not JSON",
+        ) from None
+
+
+def _json_ok(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def activate_session(spark: Any) -> None:

@@ -22,6 +22,7 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import fsspec
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
@@ -33,13 +34,13 @@ from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE, delete_files, wri
 from eventlog.files.enforce import conform, merge_schema
 from eventlog.files.schema import from_spark_schema_json, to_spark_schema_json
 from eventlog.log.actions import AddFile
-from eventlog.log.storage import LogStore
+from eventlog.log.location import TableLocation
 from eventlog.ops.alter import APPEND_ONLY_KEY, TARGET_FILE_SIZE_KEY
 from eventlog.ops.transaction import Transaction
 from eventlog.ops.write import stage_new_table
 from eventlog.table import Table
 from eventlog.userinput import check_app_id, check_optional_text
-from spark_adapter.types import option, option_bool, option_int, spark_to_arrow_schema, table_uri
+from spark_adapter.types import option, option_bool, option_int, spark_to_arrow_schema, table_location
 
 __all__ = ["EventlogCommitMessage", "EventlogWriter", "WritePlan", "plan_write"]
 
@@ -60,9 +61,10 @@ class EventlogCommitMessage(WriterCommitMessage):  # type: ignore[misc]
 
 @dataclasses.dataclass(frozen=True)
 class WritePlan:
-    """Everything the tasks and the commit need, decided once at planning."""
+    """Everything the tasks and the commit need, decided once at planning (the location
+    carries the storage options to the tasks and to the commit's worker)."""
 
-    uri: str
+    location: TableLocation
     slots: str | None
     overwrite: bool
     read_version: int  # -1: no table yet; the commit creates it as version 0
@@ -78,13 +80,23 @@ class WritePlan:
     group_commit: bool = False  # a blind append may share its version (eventlog.txn.groupcommit)
 
     @property
+    def uri(self) -> str:
+        return self.location.uri
+
+    def open_table(self, **options: Any) -> Table:
+        return Table.open(
+            self.location.uri, slots=self.slots, storage_options=self.location.storage_options, **options
+        )
+
+    @property
     def schema(self) -> pa.Schema:
         return from_spark_schema_json(self.schema_json)
 
 
 def plan_write(options: Any, spark_schema: StructType, overwrite: bool) -> WritePlan:
     """Open (or plan to create) the table and validate the write; raises before any task runs."""
-    uri = table_uri(options)
+    location = table_location(options)
+    uri = location.uri
     slots = option(options, "slots")
     app_id, app_version = option(options, "txnAppId"), option_int(options, "txnVersion")
     if (app_id is None) != (app_version is None):
@@ -98,7 +110,7 @@ def plan_write(options: Any, spark_schema: StructType, overwrite: bool) -> Write
     merge = option_bool(options, "mergeSchema")
     data_schema = spark_to_arrow_schema(spark_schema, nullable=True)
     try:
-        table: Table | None = Table.open(uri, slots=slots)
+        table: Table | None = Table.open(uri, slots=slots, storage_options=location.storage_options)
     except TableNotFoundError:
         table = None
     skip = False
@@ -107,7 +119,10 @@ def plan_write(options: Any, spark_schema: StructType, overwrite: bool) -> Write
         read_version, schema = -1, data_schema
         parts = _partition_columns(option(options, "partitionBy"), schema) or ()
     else:
-        snap = table.refresh()
+        try:
+            snap = table.refresh()
+        finally:
+            table.close()
         read_version, props = snap.version, snap.properties
         requested = _partition_columns(option(options, "partitionBy"), snap.schema)
         if requested is not None and requested != snap.partition_columns:
@@ -126,7 +141,7 @@ def plan_write(options: Any, spark_schema: StructType, overwrite: bool) -> Write
     if replace_where is not None:
         ex.parse_predicate(replace_where, schema, context="replaceWhere")
     return WritePlan(
-        uri=uri,
+        location=location,
         slots=slots,
         overwrite=overwrite,
         read_version=read_version,
@@ -188,7 +203,7 @@ class EventlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
             if plan.replace_where is not None
             else None
         )
-        store = LogStore(plan.uri)
+        fs, root = plan.location.files()
         adds: list[AddFile] = []
         rows = 0
         buffered: list[pa.RecordBatch] = []
@@ -200,19 +215,20 @@ class EventlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
                 buffered.append(batch)
                 size += batch.nbytes
                 if size >= _FLUSH_BYTES:
-                    rows += self._flush(store, buffered, schema, pred, adds)
+                    rows += self._flush(fs, root, buffered, schema, pred, adds)
                     buffered, size = [], 0
             if buffered:
-                rows += self._flush(store, buffered, schema, pred, adds)
+                rows += self._flush(fs, root, buffered, schema, pred, adds)
         except BaseException:
             # A failed task's message never reaches abort(): clean up here.
-            delete_files(store.fs, store.root, [a.path for a in adds])
+            delete_files(fs, root, [a.path for a in adds])
             raise
         return EventlogCommitMessage([a.to_json() for a in adds], rows)
 
     def _flush(
         self,
-        store: LogStore,
+        fs: fsspec.AbstractFileSystem,
+        root: str,
         batches: Sequence[pa.RecordBatch],
         schema: pa.Schema,
         pred: ex.Expr | None,
@@ -229,8 +245,8 @@ class EventlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
                 )
         adds.extend(
             write_data_files(
-                store.fs,
-                store.root,
+                fs,
+                root,
                 data,
                 partition_columns=self.plan.partition_by,
                 target_file_size=self.plan.target_file_size,
@@ -247,7 +263,14 @@ class EventlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
         rows = sum(m.num_rows for m in done)
         if plan.skip:
             return
-        txn = self._transaction()
+        table, txn = self._transaction()
+        try:
+            self._commit(txn, adds, rows)
+        finally:
+            table.close()  # a ZooKeeper slot store's session with it
+
+    def _commit(self, txn: Transaction, adds: list[AddFile], rows: int) -> None:
+        plan = self.plan
         txn.user_metadata = plan.user_metadata
         if not txn.idempotent(plan.app_id, plan.app_version):
             txn.commit()  # a no-op, as in Delta: the version was committed meanwhile
@@ -271,18 +294,23 @@ class EventlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
             result.attempts,
         )
 
-    def _transaction(self) -> Transaction:
+    def _transaction(self) -> tuple[Table, Transaction]:
         """A transaction reading the planned version (a new table: creating version 0)."""
         plan = self.plan
         if plan.read_version >= 0:
-            table = Table.open(plan.uri, slots=plan.slots, group_commit=plan.group_commit)
-            return Transaction(table, table.snapshot(plan.read_version))
+            table = plan.open_table(group_commit=plan.group_commit)
+            try:
+                return table, Transaction(table, table.snapshot(plan.read_version))
+            except BaseException:
+                table.close()
+                raise
         # The path held no table at planning: this commit creates it, with the data, as
         # version 0. A writer that created it meanwhile wins; we get ProtocolChangedException
         # from the conflict check (as Delta), and our files are deleted.
-        txn = Transaction(Table.handle(plan.uri, slots=plan.slots), None)
+        handle = Table.handle(plan.uri, slots=plan.slots, storage_options=plan.location.storage_options)
+        txn = Transaction(handle, None)
         stage_new_table(txn, plan.schema, plan.schema_json, plan.partition_by)
-        return txn
+        return handle, txn
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Delete the files the messages name, unless a commit references them.
@@ -294,7 +322,7 @@ class EventlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
         paths = [d["path"] for m in messages if isinstance(m, EventlogCommitMessage) for d in m.adds]
         if not paths:
             return
-        store = LogStore(self.plan.uri)
+        fs, root = self.plan.location.files()
         try:
             if _referenced(self.plan, set(paths)):
                 log.warning("abort of a write to %s: its files were committed; keeping them", self.plan.uri)
@@ -302,14 +330,14 @@ class EventlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
         except Exception as exc:  # cannot prove the files unused: keep them
             log.warning("abort of a write to %s: cannot read the log (%s); files kept", self.plan.uri, exc)
             return
-        delete_files(store.fs, store.root, paths)
+        delete_files(fs, root, paths)
 
 
 def _referenced(plan: WritePlan, paths: set[str]) -> bool:
     """Did any commit after the planned version add one of ``paths``?"""
-    if not Table.exists(plan.uri):
+    if not Table.exists(plan.uri, storage_options=plan.location.storage_options):
         return False
-    table = Table.open(plan.uri, slots=plan.slots)
-    latest = table.version
-    first = max(plan.read_version + 1, 0)
-    return any(a.path in paths for c in table.commits_between(first, latest) for a in c.adds)
+    with plan.open_table() as table:
+        latest = table.version
+        first = max(plan.read_version + 1, 0)
+        return any(a.path in paths for c in table.commits_between(first, latest) for a in c.adds)

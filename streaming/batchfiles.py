@@ -11,12 +11,13 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import fsspec
 import pyarrow as pa
 
 from eventlog.files.datafiles import delete_files, write_data_files
 from eventlog.files.enforce import conform
 from eventlog.log.actions import AddFile
-from eventlog.log.storage import LogStore
+from eventlog.log.location import TableLocation
 from eventlog.table import Table
 from streaming.plan import BatchPlan
 
@@ -87,7 +88,7 @@ def write_batch_files(
     a failed task's files to ``abort``).
     """
     schema = plan.schema
-    store = LogStore(plan.uri)
+    fs, root = plan.location.files()
     prefix = batch_file_prefix(query_id, batch_id, task)
     adds: list[AddFile] = []
     rows = 0
@@ -98,8 +99,8 @@ def write_batch_files(
         data = conform(pa.Table.from_batches(buffered), schema, context=f"streaming write to {plan.uri}")
         adds.extend(
             write_data_files(
-                store.fs,
-                store.root,
+                fs,
+                root,
                 data,
                 partition_columns=plan.partition_by,
                 target_file_size=plan.target_file_size,
@@ -120,7 +121,7 @@ def write_batch_files(
         if buffered:
             rows += flush()
     except BaseException:
-        delete_files(store.fs, store.root, [a.path for a in adds])
+        delete_files(fs, root, [a.path for a in adds])
         raise
     return BatchFiles(tuple(a.to_json() for a in adds), rows)
 
@@ -129,7 +130,7 @@ def write_batch_files(
 
 
 def abort_batch(
-    uri: str,
+    location: str | TableLocation,
     *,
     query_id: str,
     batch_id: int,
@@ -141,17 +142,20 @@ def abort_batch(
     named with the batch's prefix (:func:`batch_file_prefix`, found by listing the table's
     directories), unless the latest snapshot references it (a commit whose outcome was
     unknown may have landed). Returns the deleted paths. Best effort: files that tasks are
-    still writing while this runs stay behind for VACUUM.
+    still writing while this runs stay behind for VACUUM. ``location``: a URI, or a
+    :class:`TableLocation` with storage options.
     """
-    store = LogStore(uri)
+    location = TableLocation.of(location)
+    uri, storage = location.uri, location.storage_options
+    fs, root = location.files()
     paths = {a["path"] for f in files for a in f.adds}
     if sweep:
-        paths |= set(_batch_files_on_disk(store, query_id, batch_id))
+        paths |= set(_batch_files_on_disk(fs, root, query_id, batch_id))
     if not paths:
         return []
     try:
-        if Table.exists(uri):
-            with Table.open(uri, slots=slots) as table:
+        if Table.exists(uri, storage_options=storage):
+            with Table.open(uri, slots=slots, storage_options=storage) as table:
                 live = {a.path for a in table.refresh().add_files}
             kept = paths & live
             if kept:
@@ -165,19 +169,19 @@ def abort_batch(
     except Exception as exc:  # cannot prove the files unused: keep them for VACUUM
         log.warning("abort of batch %d of %s: cannot read the log (%r); files kept", batch_id, uri, exc)
         return []
-    delete_files(store.fs, store.root, sorted(paths))
+    delete_files(fs, root, sorted(paths))
     return sorted(paths)
 
 
-def _batch_files_on_disk(store: LogStore, query_id: str, batch_id: int) -> list[str]:
+def _batch_files_on_disk(fs: fsspec.AbstractFileSystem, root: str, query_id: str, batch_id: int) -> list[str]:
     """Table-relative paths (as ``add.path`` spells them) of the batch's files on disk."""
     from urllib.parse import quote
 
     prefix = f"part-{batch_file_prefix(query_id, batch_id)}-t"
-    root = store.root.rstrip("/")
+    root = root.rstrip("/")
     out: list[str] = []
     try:
-        found = store.fs.find(root, withdirs=False)
+        found = fs.find(root, withdirs=False)
     except Exception as exc:
         log.warning("cannot list %s for orphans of batch %d: %r", root, batch_id, exc)
         return []

@@ -1,11 +1,19 @@
 """Planning a streaming micro-batch: the sink's options and the :class:`BatchPlan` every
-task and the commit receive, decided once on the driver before any task runs."""
+task and the commit receive, decided once on the driver before any task runs.
+
+The table is named by a :class:`~eventlog.log.location.TableLocation` (a URI and its fsspec
+storage options), carried in the plan to the tasks and the commit, so a table on an object
+store is reached with the query's options in every process. The options live in memory
+only: the engine hands them over again (from the query's options) on every restart, and
+nothing of the sink writes them into the table's log or the query's checkpoint.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -16,6 +24,7 @@ from eventlog.errors import (
 from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE
 from eventlog.files.enforce import conform, merge_schema
 from eventlog.files.schema import canonical_schema, from_spark_schema_json, to_spark_schema_json
+from eventlog.log.location import TableLocation
 from eventlog.ops.alter import APPEND_ONLY_KEY, TARGET_FILE_SIZE_KEY
 from eventlog.snapshot.new_table import check_partition_by
 from eventlog.table import Table
@@ -62,7 +71,7 @@ class SinkOptions:
 class BatchPlan:
     """What the tasks and the commit of one micro-batch need, decided at planning."""
 
-    uri: str
+    location: TableLocation
     options: SinkOptions
     complete: bool
     read_version: int  # the latest version at planning; -1: no table yet (the commit creates it)
@@ -72,19 +81,40 @@ class BatchPlan:
     planned_ms: int = 0
 
     @property
+    def uri(self) -> str:
+        return self.location.uri
+
+    def open_table(self, **options: Any) -> Table:
+        """A handle on the table (the plan's slots and storage options); TableNotFoundError."""
+        return Table.open(
+            self.location.uri,
+            slots=self.options.slots,
+            storage_options=self.location.storage_options,
+            **options,
+        )
+
+    def table_exists(self) -> bool:
+        return Table.exists(self.location.uri, storage_options=self.location.storage_options)
+
+    @property
     def schema(self) -> pa.Schema:
         return from_spark_schema_json(self.schema_json)
 
 
-def plan_batch(uri: str, data_schema: pa.Schema, *, complete: bool, options: SinkOptions) -> BatchPlan:
+def plan_batch(
+    location: str | TableLocation, data_schema: pa.Schema, *, complete: bool, options: SinkOptions
+) -> BatchPlan:
     """Open the table (if any) and check that a batch of ``data_schema`` can be written.
+    ``location``: a URI, or a :class:`TableLocation` with storage options.
 
     Raises before any task runs: schema mismatches (naming every offending column),
     ``partitionBy`` differing from the table's, complete mode on an append-only table.
     """
     data_schema = canonical_schema(data_schema)
+    location = TableLocation.of(location)
+    uri = location.uri
     try:
-        table: Table | None = Table.open(uri, slots=options.slots)
+        table: Table | None = Table.open(uri, slots=options.slots, storage_options=location.storage_options)
     except TableNotFoundError:
         table = None
     props: Mapping[str, str] = {}
@@ -114,7 +144,7 @@ def plan_batch(uri: str, data_schema: pa.Schema, *, complete: bool, options: Sin
     except ValueError:
         target = DEFAULT_TARGET_FILE_SIZE
     return BatchPlan(
-        uri=uri,
+        location=location,
         options=options,
         complete=complete,
         read_version=read_version,

@@ -75,6 +75,7 @@ from eventlog.files.enforce import merge_schema
 from eventlog.files.schema import canonical_schema
 from eventlog.log.actions import Action, AddFile, CommitInfo
 from eventlog.log.commit import GROUP_FIELD, Commit
+from eventlog.log.location import TableLocation
 from eventlog.ops.alter import change_schema
 from eventlog.ops.common import check_append_only
 from eventlog.ops.rows import remove_rows
@@ -236,15 +237,18 @@ def previous_run_commit(table: Table, app_id: str, upto: int, *, query_id: str, 
     return None
 
 
-def latest_run(uri: str, *, query_id: str, app_id: str | None = None, slots: str | None = None) -> str | None:
+def latest_run(
+    location: str | TableLocation, *, query_id: str, app_id: str | None = None, slots: str | None = None
+) -> str | None:
     """The run id recorded by the latest sink commit of ``query_id`` (its app id), or None
     (no such commit, or the table cannot be read): names a checkpoint's owner in errors."""
     try:
-        with Table.open(uri, slots=slots) as table:
+        location = TableLocation.of(location)
+        with Table.open(location.uri, slots=slots, storage_options=location.storage_options) as table:
             commit = last_app_commit(table, app_id or query_id, table.version)
             return commit_run(commit, query_id) if commit is not None else None
     except Exception as exc:
-        log.debug("no run id of query %s in %s: %r", query_id, uri, exc)
+        log.debug("no run id of query %s in %s: %r", query_id, location, exc)
         return None
 
 
@@ -365,11 +369,11 @@ def commit_batch(
 def _open(plan: BatchPlan) -> Table:
     options = plan.options
     try:
-        return Table.open(plan.uri, slots=options.slots, group_commit=options.group_commit)
+        return plan.open_table(group_commit=options.group_commit)
     except TableNotFoundError:
         if plan.read_version >= 0:
             raise
-        return Table.handle(plan.uri, slots=options.slots)
+        return Table.handle(plan.uri, slots=options.slots, storage_options=plan.location.storage_options)
 
 
 def _commit(
@@ -391,7 +395,7 @@ def _commit(
         "runId": run_id,
     }
     fs, root = table.log.fs, table.log.root
-    exists = plan.read_version >= 0 or Table.exists(plan.uri)
+    exists = plan.read_version >= 0 or plan.table_exists()
     if not exists:
         txn = _SinkTransaction(table, None, provenance)
         _stage_new_table(txn, plan)
@@ -508,26 +512,29 @@ class MicroBatchSink:
     distributed tasks, tests, benchmarks): ``sink.process(batch_id, table)`` per batch.
 
     ``query_id`` must be stable across restarts of the query (it is the txn app id);
-    ``run_id`` must change on every restart.
+    ``run_id`` must change on every restart. ``storage_options``: fsspec options of the
+    table's file system (or pass a :class:`TableLocation` as ``uri``).
     """
 
     def __init__(
         self,
-        uri: str,
+        uri: str | TableLocation,
         *,
         query_id: str,
         run_id: str | None = None,
         complete: bool = False,
         options: SinkOptions | None = None,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self.uri = uri
+        self.location = TableLocation.of(uri, storage_options)
+        self.uri = self.location.uri
         self.query_id = query_id
         self.run_id = run_id or str(uuid.uuid4())
         self.complete = complete
         self.options = options or SinkOptions()
 
     def plan(self, schema: pa.Schema) -> BatchPlan:
-        return plan_batch(self.uri, schema, complete=self.complete, options=self.options)
+        return plan_batch(self.location, schema, complete=self.complete, options=self.options)
 
     def write(self, plan: BatchPlan, batch_id: int, data: pa.Table, task: int = 0) -> BatchFiles:
         return write_batch_files(
@@ -541,6 +548,10 @@ class MicroBatchSink:
             return commit_batch(plan, [files], query_id=self.query_id, run_id=self.run_id, batch_id=batch_id)
         except BaseException:
             abort_batch(
-                self.uri, query_id=self.query_id, batch_id=batch_id, files=[files], slots=self.options.slots
+                self.location,
+                query_id=self.query_id,
+                batch_id=batch_id,
+                files=[files],
+                slots=self.options.slots,
             )
             raise

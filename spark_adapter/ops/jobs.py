@@ -40,7 +40,7 @@ from eventlog.files.reader import physical_row_count
 from eventlog.files.scan import file_deletes, read_file_positions
 from eventlog.files.schema import from_spark_schema_json
 from eventlog.log.actions import AddFile
-from eventlog.log.storage import normalize_uri
+from eventlog.log.location import TableLocation
 from eventlog.ops.alter import TARGET_FILE_SIZE_KEY
 from eventlog.ops.transaction import Transaction
 from eventlog.txn.transaction import CommitResult
@@ -75,9 +75,10 @@ Result = tuple[str, int, str | None, int, int, list[int] | None]
 
 @dataclass(frozen=True)
 class JobContext:
-    """What tasks need to read and write the table (picklable, shipped with each task)."""
+    """What tasks need to read and write the table (picklable, shipped with each task; the
+    location carries the table's storage options)."""
 
-    uri: str
+    location: TableLocation
     schema_string: str
     partition_columns: tuple[str, ...]
     target_file_size: int
@@ -88,8 +89,16 @@ class JobContext:
         meta = txn.metadata
         size = int(meta.configuration.get(TARGET_FILE_SIZE_KEY, DEFAULT_TARGET_FILE_SIZE))
         return JobContext(
-            txn.table.uri, meta.schema_string, tuple(meta.partition_columns), size, uuid.uuid4().hex
+            TableLocation.from_store(txn.table.log),
+            meta.schema_string,
+            tuple(meta.partition_columns),
+            size,
+            uuid.uuid4().hex,
         )
+
+    @property
+    def uri(self) -> str:
+        return self.location.uri
 
     @property
     def arrow_schema(self) -> pa.Schema:
@@ -163,7 +172,7 @@ class StagedFiles:
     """Driver side of the task manifests: deletes what tasks wrote unless it is kept."""
 
     def __init__(self, ctx: JobContext) -> None:
-        self.fs, self.root, _ = normalize_uri(ctx.uri)
+        self.fs, self.root = ctx.location.files()
         self.dir = ctx.staging_dir(self.root)
 
     def _listed(self) -> set[str]:
@@ -204,7 +213,7 @@ class TaskOutput:
 
     def __init__(self, ctx: JobContext) -> None:
         self.ctx = ctx
-        self.fs, self.root, _ = normalize_uri(ctx.uri)
+        self.fs, self.root = ctx.location.files()
         self.manifest = f"{ctx.staging_dir(self.root)}/{uuid.uuid4().hex}.json"
         self.paths: list[str] = []
 
@@ -278,14 +287,14 @@ def scan_files(
     """The rows :func:`read_files` gives, read by Spark's own Parquet reader when it can
     open the table (:func:`spark_adapter.native.tagged_rows`). Rows of one file may be
     spread over several tasks here."""
-    df = tagged_rows(spark, ctx.uri, txn.snapshot, ctx.schema_string, files, FILE_COL, POS_COL)
+    df = tagged_rows(spark, ctx.location, txn.snapshot, ctx.schema_string, files, FILE_COL, POS_COL)
     return df if df is not None else read_files(spark, ctx, files)
 
 
 def _read_task(
     ctx: JobContext, out: pa.Schema, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    fs, root, _ = normalize_uri(ctx.uri)
+    fs, root = ctx.location.files()
     schema = ctx.arrow_schema
     for batch in batches:
         for fid, text in zip(

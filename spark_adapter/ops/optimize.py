@@ -16,7 +16,6 @@ from pyspark.sql import SparkSession
 
 from eventlog.files.scan import file_deletes, read_file_positions, read_live_rows
 from eventlog.log.actions import AddFile
-from eventlog.log.storage import normalize_uri
 from eventlog.ops.optimize import begin_optimize, plan_bins, zorder_permutation
 from eventlog.ops.transaction import Transaction
 from eventlog.txn.rowlevel import CompactionSource, compaction_tag
@@ -97,7 +96,7 @@ def _tag_compactions(
 def _compact_task(
     ctx: JobContext, zorder: list[str], mapped: bool, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    fs, root, _ = normalize_uri(ctx.uri)
+    fs, root = ctx.location.files()
     schema = ctx.arrow_schema
     out = TaskOutput(ctx)
     try:

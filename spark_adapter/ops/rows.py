@@ -57,7 +57,7 @@ def rewrite_matching(
         return [], [], (0, 0)
     hit = F.coalesce(match, F.lit(False)) if match is not None else F.lit(True)
     ids = list(enumerate(files))
-    native = tagged_rows(spark, ctx.uri, txn.snapshot, ctx.schema_string, ids, FILE_COL, POS_COL)
+    native = tagged_rows(spark, ctx.location, txn.snapshot, ctx.schema_string, ids, FILE_COL, POS_COL)
     if native is not None:
         return _rewrite_natively(spark, ctx, txn, files, native.withColumn(MATCH_COL, hit), values)
     use_dv = txn.deletion_vectors_enabled
