@@ -7,16 +7,35 @@ put-if-absent); on object stores a single PUT is atomic; the in-memory filesyste
 guarded by a process-wide lock. Staged commits live in ``_delta_log/_staged_commits/``,
 which Delta readers ignore (it is the directory Delta's coordinated commits use for the
 same purpose).
+
+**Requests on object stores.** Every method here costs as few requests as S3 allows, and
+never relies on what S3 lacks (rename, directories); LIST is strongly consistent:
+
+- A commit or staged file is read with one GET (``FileNotFoundError`` when missing). s3fs's
+  ``exists``/``info`` would cost a HEAD and, for a missing key, a LIST too (its directory
+  fallback), and its ``cat_file`` of a whole file first asks for the size (a HEAD).
+- :meth:`LogStore.commit_exists` probes with one ranged GET of the first
+  ``PROBE_BYTES``: the next version is usually missing (a 404, as cheap as a HEAD), and when
+  it is there its bytes are what the caller reads next, so a whole small commit is kept for
+  the next :meth:`~LogStore.read_commit` / :meth:`~LogStore.open_commit` of that version
+  (commit files are immutable once published).
+- Nothing makes directories on object stores (S3 has none; s3fs's ``makedirs`` costs a HEAD
+  of the bucket), and the storage options are checked without a request where the client can
+  (s3fs builds its client from them).
+- Publishing is one conditional PUT (``If-None-Match: *``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import inspect
+import io
 import os
 import threading
-from collections.abc import Mapping, Sequence
-from typing import Any, BinaryIO
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, BinaryIO, cast
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -27,6 +46,62 @@ from eventlog.userinput import check_local_path, check_storage_options, check_ur
 LOG_DIR = "_delta_log"
 STAGED_DIR = "_staged_commits"
 _MEMORY_LOCK = threading.Lock()
+#: How much of a commit file one probing GET fetches (commitlog reads 64 KiB first too).
+PROBE_BYTES = 1 << 16
+_PROBED_KEEP = 16  # probed small commits kept for the read that follows
+_OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl"})
+
+
+def flat_namespace(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether ``fs`` is an object store: keys, no directories (``makedirs`` would only cost
+    a request)."""
+    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    return bool(_OBJECT_STORES & set(protocols))
+
+
+def whole_file_options(fs: fsspec.AbstractFileSystem) -> dict[str, Any]:
+    """``cat_file`` options that make reading a whole file one GET: s3fs >= 2025 otherwise
+    asks for the size first (a HEAD; a HEAD and a LIST when the key is missing), to split big
+    files into concurrent ranged GETs."""
+    method = getattr(fs, "_cat_file", None)
+    if method is None:
+        return {}
+    try:
+        parameters = inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"max_concurrency": 1} if "max_concurrency" in parameters else {}
+
+
+class _Prefixed(io.RawIOBase):
+    """A file read as ``prefix`` (already fetched) and then the rest, opened on first need."""
+
+    def __init__(self, prefix: bytes, open_rest: Callable[[int], BinaryIO]) -> None:
+        self._prefix = memoryview(prefix)
+        self._pos = 0
+        self._open_rest = open_rest
+        self._rest: BinaryIO | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        if self._pos < len(self._prefix):
+            n = min(len(view), len(self._prefix) - self._pos)
+            view[:n] = self._prefix[self._pos : self._pos + n]
+            self._pos += n
+            return n
+        if self._rest is None:
+            self._rest = self._open_rest(len(self._prefix))
+        data = self._rest.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if self._rest is not None:
+            self._rest.close()
+        super().close()
 
 
 def commit_file_name(version: int) -> str:
@@ -90,7 +165,10 @@ class LogStore:
         self.is_local = isinstance(self.fs, LocalFileSystem)
         self.log_dir = f"{self.root}/{LOG_DIR}"
         self.staged_dir = f"{self.log_dir}/{STAGED_DIR}"
-        self._made_dirs = False
+        self._made_dirs = not self.is_local and flat_namespace(self.fs)  # none to make
+        self._whole = {} if self.is_local else whole_file_options(self.fs)
+        self._probed: OrderedDict[int, bytes] = OrderedDict()  # small commits a probe fetched
+        self._probed_lock = threading.Lock()
 
     def _fresh(self, path: str) -> fsspec.AbstractFileSystem:
         """The file system, with what it cached about ``path`` forgotten: object-store
@@ -98,6 +176,32 @@ class LogStore:
         if not self.is_local:
             self.fs.invalidate_cache(path)
         return self.fs
+
+    def _get(self, path: str) -> bytes:
+        """The whole file at ``path`` (not local), in one GET; FileNotFoundError if missing."""
+        data: bytes = self.fs.cat_file(path, **self._whole)
+        return data
+
+    def _get_head(self, path: str) -> bytes:
+        """The first ``PROBE_BYTES`` of ``path`` (not local), in one ranged GET;
+        FileNotFoundError if missing."""
+        try:
+            data: bytes = self.fs.cat_file(path, start=0, end=PROBE_BYTES)
+        except FileNotFoundError:
+            raise
+        except OSError:
+            return self._get(path)  # S3 refuses a range of an empty object (416)
+        return data
+
+    def _keep_probed(self, version: int, data: bytes) -> None:
+        with self._probed_lock:
+            self._probed[version] = data
+            while len(self._probed) > _PROBED_KEEP:
+                self._probed.popitem(last=False)
+
+    def _take_probed(self, version: int) -> bytes | None:
+        with self._probed_lock:
+            return self._probed.pop(version, None)
 
     # ------------------------------------------------------------------ paths
 
@@ -146,8 +250,8 @@ class LogStore:
             if self.is_local:
                 with open(path, "rb") as f:
                     return f.read()
-            data: bytes = self.fs.cat_file(path)
-            return data
+            probed = self._take_probed(version)
+            return probed if probed is not None else self._get(path)
         except FileNotFoundError:
             return None
 
@@ -158,16 +262,36 @@ class LogStore:
         try:
             if self.is_local:
                 return open(path, "rb")
-            f: BinaryIO = self.fs.open(path, "rb")
-            return f
+            # One GET for a small commit; a big one continues with ranged reads.
+            head = self._take_probed(version)
+            if head is None:
+                head = self._get_head(path)
         except FileNotFoundError:
             return None
+        if len(head) < PROBE_BYTES:
+            return io.BytesIO(head)
+
+        def rest(offset: int) -> BinaryIO:
+            f: BinaryIO = self.fs.open(path, "rb")
+            f.seek(offset)
+            return f
+
+        return cast(BinaryIO, io.BufferedReader(_Prefixed(head, rest), buffer_size=PROBE_BYTES))
 
     def commit_exists(self, version: int) -> bool:
+        """Whether ``<version>.json`` is published. On object stores one GET of its start
+        (see the module docstring): a small commit's bytes are kept for the read that
+        usually follows."""
         path = self.commit_path(version)
         if self.is_local:
             return os.path.exists(path)
-        return bool(self._fresh(path).exists(path))
+        try:
+            head = self._get_head(path)
+        except FileNotFoundError:
+            return False
+        if len(head) < PROBE_BYTES:
+            self._keep_probed(version, head)
+        return True
 
     def commit_mtime_ms(self, version: int) -> int | None:
         path = self.commit_path(version)
@@ -184,8 +308,7 @@ class LogStore:
             if self.is_local:
                 with open(self.staged_path(name), "rb") as f:
                     return f.read()
-            data: bytes = self.fs.cat_file(self.staged_path(name))
-            return data
+            return self._get(self.staged_path(name))
         except FileNotFoundError:
             return None
 
@@ -196,7 +319,7 @@ class LogStore:
             return
         if self.is_local:
             os.makedirs(self.staged_dir, exist_ok=True)
-        else:
+        else:  # not on object stores (``_made_dirs`` starts True there)
             self.fs.makedirs(self.staged_dir, exist_ok=True)
         self._made_dirs = True
 
@@ -285,10 +408,12 @@ class LogStore:
         self._ensure_dirs()
         if self.is_local:
             return self._exclusive_local_write(self.commit_path(version), data)
+        target = self.commit_path(version)
         with _MEMORY_LOCK:
-            if self._fresh(self.commit_path(version)).exists(self.commit_path(version)):
+            try:
+                self._fresh(target).pipe_file(target, data, mode="create")
+            except FileExistsError:
                 return False
-            self.fs.pipe_file(self.commit_path(version), data)
             return True
 
 
@@ -315,10 +440,14 @@ def open_log_store(
     if log.is_local:
         check_local_path(log.root)
     elif options:
-        # Object-store clients (s3fs) take their options at the first request: make it here,
-        # so an option the client does not know is an input error, not a failure mid-commit.
+        # Object-store clients take their options at the first request: make the client
+        # here, so an option it does not know is an input error, not a failure mid-commit.
+        # s3fs builds it without a request (``connect``); others get an existence check.
         try:
-            log.fs.exists(log.log_dir)
+            if type(log.fs).__module__.split(".")[0] == "s3fs":
+                log.fs.connect()
+            else:
+                log.fs.exists(log.log_dir)
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(
                 f"storage_options for {checked!r} are not accepted by {type(log.fs).__name__}: {exc}"
