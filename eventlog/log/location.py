@@ -61,8 +61,9 @@ class TableLocation:
     def from_store(cls, store: LogStore) -> TableLocation:
         """The location of an open table's log: its canonical URI and the options its file
         system was built with (fsspec keeps them as ``fs.storage_options``). A file system
-        passed in as ``filesystem=`` is described by its options too, so another process
-        builds an equal one from the URI's scheme."""
+        passed in as ``filesystem=`` is described the same way: another process builds one
+        from the URI's scheme with those options, which is equal for the scheme's own
+        fsspec class (s3fs, gcsfs...), not for a wrapper such as ``DirFileSystem``."""
         options: Mapping[str, Any] = {}
         if not isinstance(store.fs, LocalFileSystem):
             options = getattr(store.fs, "storage_options", None) or {}
