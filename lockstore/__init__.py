@@ -19,6 +19,7 @@ from lockstore.base import (
 )
 from lockstore.localfs import LocalFileSlotStore
 from lockstore.memory import InMemorySlotStore
+from lockstore.objectstore import ObjectStoreSlotStore
 
 __all__ = [
     "SlotStore",
@@ -35,4 +36,5 @@ __all__ = [
     "lease_owner_here",
     "InMemorySlotStore",
     "LocalFileSlotStore",
+    "ObjectStoreSlotStore",
 ]

@@ -4,14 +4,22 @@
 * ``file:///dir`` or ``/dir``       a :class:`LocalFileSlotStore` rooted at ``dir``
 * ``zk://host:port[,host:port]/chroot``  the ZooKeeper adapter (``lockstore.zookeeper``),
   loaded by name only when asked for, so nothing imports kazoo unless it is used.
+* ``s3://bucket/prefix`` (or ``s3a://``)  an :class:`~lockstore.objectstore.ObjectStoreSlotStore`
+  on S3 conditional writes. Its file system is ``filesystem=`` if given (e.g. the table's
+  own), else ``fsspec.core.url_to_fs(spec, **storage_options)`` (s3fs; without options it
+  finds credentials and endpoint the usual way: ``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``,
+  profiles, instance roles). Query parameters ``lease_ttl`` and ``poll_interval`` (seconds)
+  tune the store: ``s3://bucket/slots?lease_ttl=10``. s3fs is imported only when used; without
+  it the spec is refused, saying to install the ``s3`` extra.
 
 Any other scheme is refused with :class:`UnknownSlotStoreError`.
 
-Sharing: one store (one ZooKeeper session) per spec per process, for as long as someone
-uses it. :func:`open_slot_store` counts a use; :func:`release_slot_store` gives one back,
-and the last one closes the store (tables do this on ``close()`` and when collected). The
-registry holds stores weakly: a store that nobody references any more is garbage
-collected, and collection closes its connection, whether or not its uses were given back.
+Sharing: one store (one ZooKeeper session) per spec, storage options and file system per
+process, for as long as someone uses it. :func:`open_slot_store` counts a use;
+:func:`release_slot_store` gives one back, and the last one closes the store (tables do
+this on ``close()`` and when collected). The registry holds stores weakly: a store that
+nobody references any more is garbage collected, and collection closes its connection,
+whether or not its uses were given back.
 
 Leases: closing a store releases the leases acquired through it (for ZooKeeper, its
 session ends and the server deletes their znodes). A lease taken through a shared store
@@ -22,17 +30,24 @@ process-wide ``memory://`` store is never really closed: its leases end by ``rel
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
+import json
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from urllib.parse import urlparse
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlparse
 
 from lockstore.base import LockstoreError, SlotStore
 from lockstore.localfs import LocalFileSlotStore
 from lockstore.memory import InMemorySlotStore
+
+if TYPE_CHECKING:
+    import fsspec
 
 ENV_VAR = "EVENTLOG_SLOTS"
 
@@ -46,10 +61,19 @@ _ADAPTERS: dict[str, str] = {
 class UnknownSlotStoreError(LockstoreError):
     """A slot store spec with a scheme no adapter handles."""
 
-    def __init__(self, spec: str) -> None:
-        schemes = sorted({"memory", "file", *_ADAPTERS})
-        super().__init__(f"unknown slot store {spec!r}; supported schemes: {schemes}")
+    def __init__(self, spec: str, reason: str = "") -> None:
+        schemes = sorted({"memory", "file", *_ADAPTERS, *_OBJECT_STORE_SCHEMES})
+        detail = f": {reason}" if reason else f"; supported schemes: {schemes}"
+        super().__init__(f"unknown slot store {spec!r}{detail}")
         self.spec = spec
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.spec, self.reason))
+
+
+# Schemes served by lockstore.objectstore (S3 conditional writes through s3fs).
+_OBJECT_STORE_SCHEMES = ("s3", "s3a")
 
 
 @dataclass
@@ -63,29 +87,39 @@ class _Entry:
 # child never reuses its parent's session. Held weakly (see the module docstring). The lock
 # is reentrant: a garbage collection while it is held may finalize a table, whose finalizer
 # releases its store here on the same thread; every loop below iterates over a copy.
-_SHARED: dict[tuple[int, str], _Entry] = {}
+_SHARED: dict[tuple[int, str, str], _Entry] = {}
 _SHARED_LOCK = threading.RLock()
 
 
-def open_slot_store(spec: str, *, shared: bool = True) -> SlotStore:
+def open_slot_store(
+    spec: str,
+    *,
+    shared: bool = True,
+    storage_options: Mapping[str, Any] | None = None,
+    filesystem: fsspec.AbstractFileSystem | None = None,
+) -> SlotStore:
     """The slot store named by ``spec`` (see the module docstring).
 
-    Shared per process unless ``shared=False``: every call with one spec returns the same
-    store while it is open, and counts one use of it. Give the use back with
-    :func:`release_slot_store`; the last use closes the store. A store nobody references
-    is closed when it is garbage collected (or at exit). ``store.close()`` closes it for
-    every user at once; the next call then opens a new one. With ``shared=False`` the
-    caller owns a new store and closes it.
+    ``storage_options`` and ``filesystem`` serve object-store specs (``s3://``): the file
+    system's options (credentials, endpoint), or a ready fsspec file system (the table's);
+    other schemes ignore them.
+
+    Shared per process unless ``shared=False``: every call with one spec (and the same
+    options and file system) returns the same store while it is open, and counts one use
+    of it. Give the use back with :func:`release_slot_store`; the last use closes the
+    store. A store nobody references is closed when it is garbage collected (or at
+    exit). ``store.close()`` closes it for every user at once; the next call then opens a
+    new one. With ``shared=False`` the caller owns a new store and closes it.
     """
     if not shared:
-        return _open(spec)
-    key = (os.getpid(), spec)
+        return _open(spec, storage_options, filesystem)
+    key = (os.getpid(), spec, _options_key(storage_options, filesystem))
     with _SHARED_LOCK:
         _forget_dead()
         entry = _SHARED.get(key)
         store = entry.store() if entry is not None else None
         if entry is None or store is None or store.closed:
-            store = _open(spec)
+            store = _open(spec, storage_options, filesystem)
             entry = _Entry(weakref.ref(store), 0)
             _SHARED[key] = entry
         entry.uses += 1
@@ -111,7 +145,7 @@ def release_slot_store(store: SlotStore) -> None:
 def shared_slot_stores() -> list[SlotStore]:
     """The open stores shared by this process (for tests and operations tools)."""
     with _SHARED_LOCK:
-        stores = [e.store() for (pid, _), e in _SHARED.items() if pid == os.getpid()]
+        stores = [e.store() for (pid, _, _), e in _SHARED.items() if pid == os.getpid()]
     return [s for s in stores if s is not None and not s.closed]
 
 
@@ -123,7 +157,55 @@ def _forget_dead(store: SlotStore | None = None) -> None:
             del _SHARED[key]
 
 
-def _open(spec: str) -> SlotStore:
+def _options_key(
+    storage_options: Mapping[str, Any] | None, filesystem: fsspec.AbstractFileSystem | None
+) -> str:
+    """What besides the spec tells stores apart: a digest of the storage options (never the
+    secrets in clear: the key may show up in a debugger or a log) and the file system's
+    identity (a store keeps its file system alive, so the id is not reused meanwhile)."""
+    if not storage_options and filesystem is None:
+        return ""
+    canonical = json.dumps(dict(storage_options or {}), sort_keys=True, default=repr, separators=(",", ":"))
+    digest = hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{digest}:{id(filesystem) if filesystem is not None else ''}"
+
+
+def _open_object_store(
+    spec: str, storage_options: Mapping[str, Any] | None, filesystem: fsspec.AbstractFileSystem | None
+) -> SlotStore:
+    """An ObjectStoreSlotStore for ``s3://bucket/prefix[?lease_ttl=..&poll_interval=..]``."""
+    from lockstore.objectstore import ObjectStoreSlotStore
+
+    location, _, query = spec.partition("?")
+    tuning: dict[str, float] = {}
+    for name, values in parse_qs(query, keep_blank_values=True).items():
+        if name not in ("lease_ttl", "poll_interval"):
+            raise UnknownSlotStoreError(spec, f"unknown parameter {name!r} (lease_ttl, poll_interval)")
+        try:
+            tuning[name] = float(values[-1])
+        except ValueError:
+            raise UnknownSlotStoreError(spec, f"{name} must be a number of seconds") from None
+    if filesystem is None:
+        if importlib.util.find_spec("s3fs") is None:
+            raise UnknownSlotStoreError(
+                spec, "S3 slots need s3fs: install the 's3' extra (pip install 'eventlog-tables[s3]')"
+            )
+        import fsspec.core
+
+        url = "s3://" + location.split("://", 1)[1]
+        filesystem, root = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+    else:
+        root = location.split("://", 1)[1]
+    if not root.strip("/"):
+        raise UnknownSlotStoreError(spec, "name a bucket (and a prefix): s3://bucket/prefix")
+    return ObjectStoreSlotStore(filesystem, root, **tuning)
+
+
+def _open(
+    spec: str,
+    storage_options: Mapping[str, Any] | None = None,
+    filesystem: fsspec.AbstractFileSystem | None = None,
+) -> SlotStore:
     if spec.startswith("/"):
         return LocalFileSlotStore(spec)
     parsed = urlparse(spec)
@@ -131,6 +213,8 @@ def _open(spec: str) -> SlotStore:
         return InMemorySlotStore.shared()
     if parsed.scheme == "file":
         return LocalFileSlotStore(parsed.path)
+    if parsed.scheme in _OBJECT_STORE_SCHEMES:
+        return _open_object_store(spec, storage_options, filesystem)
     target = _ADAPTERS.get(parsed.scheme)
     if target is None:
         raise UnknownSlotStoreError(spec)

@@ -2,7 +2,8 @@
 
 One test per guarantee in :mod:`lockstore.base`, run against each adapter through the
 parametrised ``make_store`` fixture (leases included), then leases across processes (a
-child holding a lease, SIGKILLed, or exiting; local-file and ZooKeeper adapters), followed
+child holding a lease, SIGKILLed, or exiting; local-file, ZooKeeper and S3 object-store
+adapters), followed
 by tests specific to one adapter: in-memory sharing and fork, local-file lease files and
 fork, real multi-process slot races (``spawn`` start method), torn-read checks, the
 ``_latest`` hint and OS-error translation.
@@ -22,6 +23,7 @@ import signal
 import socket
 import threading
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from multiprocessing.context import SpawnProcess
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fsspec.implementations.memory import MemoryFileSystem
 
 from lockstore import (
     InMemorySlotStore,
@@ -39,6 +42,7 @@ from lockstore import (
     LeaseOwner,
     LocalFileSlotStore,
     LockstoreError,
+    ObjectStoreSlotStore,
     SlotClaim,
     SlotNotClaimedError,
     SlotRecord,
@@ -61,16 +65,49 @@ def _claim(txn_id: str, staged: str | None = None) -> SlotClaim:
     return SlotClaim(txn_id, staged or f"_staged/{txn_id}.json", dict(OWNER))
 
 
-@pytest.fixture(params=["memory", "localfs", pytest.param("zookeeper", marks=pytest.mark.zookeeper)])
+@pytest.fixture(
+    params=[
+        "memory",
+        "localfs",
+        pytest.param("zookeeper", marks=pytest.mark.zookeeper),
+        "objectstore-memory",
+        "objectstore-s3",
+    ]
+)
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeStore]:
     """A factory of handles onto one fresh backing store.
 
     Every call returns a handle onto the *same* slots: the same object for the in-memory
-    adapter (which lives in one process), a new object on the same root for the file
-    adapter, so reopening is part of what the contract tests check.
+    adapter (which lives in one process), a new object on the same root for the file and
+    object-store adapters, so reopening is part of what the contract tests check. The
+    object-store adapter runs on fsspec's in-memory file system (a fresh root per test) and
+    on the suite's S3 server (moto; a fresh bucket per test, one s3fs client per test).
     """
     handles: list[SlotStore] = []
-    if request.param == "memory":
+    cleanup: Callable[[], object] | None = None
+    if request.param == "objectstore-memory":
+        memory_fs = MemoryFileSystem()
+        memory_root = f"/objectstore-contract/{uuid.uuid4().hex}"
+
+        def factory() -> SlotStore:
+            store = ObjectStoreSlotStore(memory_fs, memory_root)
+            handles.append(store)
+            return store
+
+        def cleanup() -> None:
+            if memory_fs.exists(memory_root):
+                memory_fs.rm(memory_root, recursive=True)
+    elif request.param == "objectstore-s3":
+        import s3fs  # type: ignore[import-untyped]
+
+        bucket = request.getfixturevalue("s3_bucket")
+        s3 = s3fs.S3FileSystem(skip_instance_cache=True, **request.getfixturevalue("s3_storage_options"))
+
+        def factory() -> SlotStore:
+            store = ObjectStoreSlotStore(s3, f"{bucket}/slots")
+            handles.append(store)
+            return store
+    elif request.param == "memory":
         memory = InMemorySlotStore()
 
         def factory() -> SlotStore:
@@ -95,6 +132,8 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeS
     yield factory
     for handle in handles:
         handle.close()
+    if cleanup is not None:
+        cleanup()
 
 
 @pytest.fixture
@@ -596,9 +635,23 @@ def _lease_holder(spec: str, name: str, query: str, ready: MPQueue[Any], stop: s
         _KEPT.append((store, lease))
 
 
-@pytest.fixture(params=["localfs", pytest.param("zookeeper", marks=pytest.mark.zookeeper)])
-def lease_specs(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str, float]:
+# The object store's leases live as long as their heartbeat: a short TTL keeps the SIGKILL
+# test to seconds (the holder beats every TTL / 3; S3 timestamps have 1 s resolution).
+OBJECTSTORE_LEASE_TTL = 3.0
+
+
+@pytest.fixture(params=["localfs", pytest.param("zookeeper", marks=pytest.mark.zookeeper), "objectstore-s3"])
+def lease_specs(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[str, str, float]:
     """(spec for the child, spec for the parent, how long a dead owner's lease may outlive it)."""
+    if request.param == "objectstore-s3":
+        bucket = request.getfixturevalue("s3_bucket")
+        # The spec carries no endpoint or secret: both processes find them in the environment,
+        # as s3fs does by default (the fixtures set fake credentials; the child inherits it).
+        monkeypatch.setenv("AWS_ENDPOINT_URL", request.getfixturevalue("s3_server"))
+        spec = f"s3://{bucket}/slots?lease_ttl={OBJECTSTORE_LEASE_TTL}"
+        return spec, spec, OBJECTSTORE_LEASE_TTL + 1.0
     if request.param == "zookeeper":
         hosts = request.getfixturevalue("zk_chroot")
         # The child's session times out after 2 s (the test server allows down to 1 s).
