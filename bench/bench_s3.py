@@ -34,9 +34,18 @@ first one rotating from run to run, ``gc.collect()`` (and ``os.sync()``) before 
    ``DeltaTable(...).to_pyarrow_table()`` (handle / DeltaTable made beforehand); row count and
    ``sum(id)`` are checked.
 
-Then, on a second server that logs every request, S3 requests per small append and per bulk
-write are counted for ``ours-s3`` and ``deltalake-s3`` (by HTTP method; GET split into object
-reads and listings). ``--profile`` adds a cProfile of ours-s3 small appends (top functions).
+Then, on a second server that logs every request, S3 requests are counted for ``ours-s3``,
+``deltalake-s3`` and ``deltalake-s3-handle`` (by HTTP method; GET split into object reads and
+listings): per small append (mean of N, after a first untimed one), per open of the table those
+appends made (``Table.open`` / ``DeltaTable(uri)``), create + bulk write, and open + full scan
+of the bulk table. ``--profile`` adds a cProfile of ours-s3 small appends (top functions).
+
+Client and server cost. moto is a Python web app: each request costs it about as much CPU as
+the client spends making it. Every timing therefore also reports the S3 server process's CPU
+time (``/proc/<pid>/stat``, all its threads) and its share of the wall time: requests are
+sequential, so that share is (roughly) wall time a faster server would not cost. The load
+average is printed before every run: the machine is shared, and other jobs' CPU use shows up
+as wall time above client + server CPU.
 
 Run: ``.venv/bin/python bench/bench_s3.py [--quick] [--repeat N] [--profile]``
 """
@@ -183,6 +192,12 @@ def make_bucket(endpoint: str) -> str:
     return bucket
 
 
+def loadavg() -> str:
+    """The 1, 5 and 15 minute load averages."""
+    with open("/proc/loadavg") as f:
+        return " / ".join(f.read().split()[:3])
+
+
 def server_cpu(server: MotoS3Server) -> float:
     """CPU seconds (user + system, all threads) of the server process so far."""
     with open(f"/proc/{server.pid}/stat") as f:
@@ -257,6 +272,18 @@ class Engine:
         from deltalake import DeltaTable
 
         return DeltaTable(uri, storage_options=self._dl_options()).to_pyarrow_table
+
+    def open_table(self, uri: str) -> object:
+        """Open the table at ``uri`` (what a new reader pays before its first query)."""
+        if self.ours:
+            from eventlog.table import Table
+
+            table = Table.open(uri, **self._ours_kwargs())
+            self._closers.insert(0, table.close)
+            return table
+        from deltalake import DeltaTable
+
+        return DeltaTable(uri, storage_options=self._dl_options())
 
     def inspect(self, uri: str) -> tuple[int, int]:
         """(version, rows) as a fresh reader sees them."""
@@ -387,28 +414,53 @@ def count_requests(log: Path, start: int) -> Counter[str]:
     return counts
 
 
+REQUEST_OPERATIONS = {
+    "append": "per small append (mean of N)",
+    "open": "open after the N+1 appends",
+    "bulk": "create + bulk write",
+    "scan": "open + full scan of the bulk table",
+}
+
+
+def _count_config(
+    engine: Engine, n: int, data: pa.Table, counted: Callable[[str, str, Callable[[], object]], None]
+) -> None:
+    config, place = engine.config, engine.place
+    uri = place.uri(config, "small")
+    append = engine.small_appender(uri)
+    append(small_batch(0, 0))  # the handle's first append may warm caches
+
+    def appends() -> None:
+        for i in range(1, n + 1):
+            append(small_batch(0, i))
+
+    counted("append", config, appends)
+    if config in CONFIGS:  # (the -handle variant opens like deltalake-s3)
+        counted("open", config, lambda: engine.open_table(uri))
+        bulk_uri = place.uri(config, "bulk")
+        counted("bulk", config, lambda: engine.bulk_writer(bulk_uri, data)())
+        counted("scan", config, lambda: engine.reader(bulk_uri)())
+
+
 def request_counts(n: int, data: pa.Table) -> dict[tuple[str, str], Counter[str]]:
-    """S3 requests of ``n`` small appends and of one bulk write, per configuration."""
+    """S3 requests of ``n`` small appends, of an open of that table, of one bulk write (with
+    the create) and of an open + full scan of that table, per configuration."""
     out: dict[tuple[str, str], Counter[str]] = {}
     with MotoS3Server(log_requests=True) as server:
         assert server.log_path is not None
         log = server.log_path
+
+        def counted(what: str, config: str, fn: Callable[[], object]) -> None:
+            time.sleep(0.3)  # earlier requests' log lines are written
+            start = log.stat().st_size
+            fn()
+            out[(config, what)] = count_requests(log, start)
+
         place = Place(server.endpoint_url, make_bucket(server.endpoint_url), "")
         for config in S3_CONFIGS:
             engine = Engine(config, place)
             try:
-                append = engine.small_appender(place.uri(config, "small"))
-                append(small_batch(0, 0))  # the handle's first append may warm caches
-                time.sleep(0.3)
-                start = log.stat().st_size
-                for i in range(1, n + 1):
-                    append(small_batch(0, i))
-                out[(config, "append")] = count_requests(log, start)
-                if config in CONFIGS:
-                    time.sleep(0.3)
-                    start = log.stat().st_size
-                    engine.bulk_writer(place.uri(config, "bulk"), data)()
-                    out[(config, "bulk")] = count_requests(log, start)
+                _count_config(engine, n, data, counted)
             finally:
                 engine.close()
     return out
@@ -460,6 +512,11 @@ def profile_small(place: Place, n: int) -> str:
     return buf.getvalue()
 
 
+def share(timings: list[Timing], field: str) -> str:
+    """Median share of the wall time spent as CPU time (``cpu`` or ``server_cpu``), in %."""
+    return f"{100 * Stat.of([getattr(t, field) / t.seconds for t in timings]).median:.0f}%"
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -486,6 +543,7 @@ def main() -> int:
     writes: dict[str, list[Timing]] = {c: [] for c in CONFIGS}
     scans: dict[str, list[Timing]] = {c: [] for c in CONFIGS}
     files: dict[str, tuple[int, int]] = {}
+    loads: list[str] = []
     local_root = tempfile.mkdtemp(prefix="bench-s3-")
     try:
         with MotoS3Server() as server:
@@ -495,6 +553,7 @@ def main() -> int:
             place = Place(server.endpoint_url, make_bucket(server.endpoint_url), local_root)
             warm_up(place, server, data.slice(0, 1000))
             for rep in range(args.repeat):
+                loads.append(loadavg())
                 for config in rotated(SMALL_CONFIGS, rep):
                     small[config].append(run_small(config, place, server, n_small, rep))
                 wrote, scanned = run_bulk(place, server, data, rep, files)
@@ -502,7 +561,7 @@ def main() -> int:
                     writes[config].append(wrote[config])
                     scans[config].append(scanned[config])
                 print(
-                    f"  run {rep + 1}: appends/s "
+                    f"  run {rep + 1} (load {loads[-1]}): appends/s "
                     + ", ".join(f"{c} {n_small / small[c][-1].seconds:.0f}" for c in SMALL_CONFIGS)
                     + "; write MB/s "
                     + ", ".join(f"{c} {mb / wrote[c].seconds:.0f}" for c in CONFIGS)
@@ -526,13 +585,15 @@ def main() -> int:
                 Stat.of([1000 * t.seconds / n_small for t in small[c]]).fmt(".2f"),
                 Stat.of([1000 * t.cpu / n_small for t in small[c]]).fmt(".2f"),
                 Stat.of([1000 * t.server_cpu / n_small for t in small[c]]).fmt(".2f") if is_s3(c) else "-",
+                share(small[c], "cpu"),
+                share(small[c], "server_cpu") if is_s3(c) else "-",
                 f"{ratio(cps['ours-s3'].median, cps[c].median):.2f}x",
             ]
         )
     print_table(
         f"Small appends: {n_small} one-row appends, median [min-max] of {args.repeat}",
         ["config", "commits/s", "ms/commit", "client CPU ms/commit", "S3 server CPU ms/commit",
-         "ours-s3 / config (commits/s)"],
+         "client CPU / wall", "server CPU / wall", "ours-s3 / config (commits/s)"],
         rows_small,
     )  # fmt: skip
 
@@ -550,13 +611,15 @@ def main() -> int:
                     f"{mb / st[c].median:.0f} [{mb / st[c].high:.0f}-{mb / st[c].low:.0f}]",
                     Stat.of([t.cpu for t in runs[c]]).fmt(".2f"),
                     Stat.of([t.server_cpu for t in runs[c]]).fmt(".2f") if is_s3(c) else "-",
+                    share(runs[c], "server_cpu") if is_s3(c) else "-",
                     f"{files[c][0]} / {files[c][1] / 1e6:.0f} MB" if phase == "write" else "",
                 ]
             )
     print_table(
         f"Bulk write and full scan of {rows:,} rows ({mb:.0f} MB in Arrow), "
         f"median [min-max] of {args.repeat}",
-        ["phase", "config", "seconds", "MB/s", "client CPU s", "S3 server CPU s", "data files / bytes"],
+        ["phase", "config", "seconds", "MB/s", "client CPU s", "S3 server CPU s", "server CPU / wall",
+         "data files / bytes"],
         rows_bulk,
     )  # fmt: skip
 
@@ -592,10 +655,11 @@ def main() -> int:
     # ---- requests
     kinds = sorted({k for counts in requests.values() for k in counts}, key=lambda k: (k[0] == "(", k))
     req_rows = []
-    for (config, what), counts in sorted(requests.items()):
+    order = list(REQUEST_OPERATIONS)
+    for (config, what), counts in sorted(requests.items(), key=lambda kv: (order.index(kv[0][1]), kv[0][0])):
         per = n_small if what == "append" else 1
         req_rows.append(
-            [config, f"per small append (mean of {n_small})" if what == "append" else "create + bulk write"]
+            [config, REQUEST_OPERATIONS[what].replace("N+1", str(n_small + 1)).replace("N", str(n_small))]
             + [f"{counts[k] / per:.2f}".rstrip("0").rstrip(".") if counts[k] else "0" for k in kinds]
             + [f"{sum(v for k, v in counts.items() if not k.startswith('(')) / per:.2f}"]
         )
@@ -608,8 +672,7 @@ def main() -> int:
         print("### cProfile: ours-s3 small appends\n\n```\n" + profile.rstrip() + "\n```")
     print(f"verification: every small-append run reached version {n_small} with {n_small} rows; every scan "
           f"returned {rows:,} rows with the written sum(id) -> OK")  # fmt: skip
-    with open("/proc/loadavg") as f:
-        print(f"load average at the end: {' '.join(f.read().split()[:3])}")
+    print(f"load average at the end: {loadavg()}")
     return 0
 
 
