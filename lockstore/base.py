@@ -14,7 +14,8 @@ staged file. That is why the staged file must be fully written *before* the clai
 Guarantees every adapter gives (each has a contract test in ``tests/lockstore``):
 
 * **Exclusive grant**: for one ``(table, version)``, at most one ``claim`` call ever
-  returns True, across threads and processes (and machines, for the ZooKeeper adapter).
+  returns True, across threads and processes (and machines, for the ZooKeeper adapter and
+  the object-store adapter on S3's conditional writes).
   Later calls return False and do not change the stored claim.
 * **Durable record**: after ``claim`` returned True, ``get`` returns that claim (the same
   txn id, staged name and owner) for as long as the store exists.
@@ -37,12 +38,18 @@ Honest non-guarantees:
   atomic, exclusive ``link(2)`` of a local filesystem); the in-memory adapter within one
   process. Without ``fsync=True`` a claim survives a crashed process but not a power
   loss; the in-memory adapter survives neither.
+* The object-store adapter (:mod:`lockstore.objectstore`) is as exclusive as the store's
+  put-if-absent is atomic: S3 (``If-None-Match: *``) is; fsspec's local file system is
+  not (refused). Its ``latest`` probes forward from the highest version a handle has seen,
+  exact under the engine's gapless rule; a claim past a gap made through another handle
+  is seen by a new handle only. Its records are durable as S3 objects are.
 * An error other than False (e.g. :class:`SlotStoreUnavailableError`) means the outcome of
   that call is unknown: the caller must look the claim up (``find_txn``) before retrying.
 
 Waiting for the next version: :meth:`SlotStore.await_latest` blocks until ``latest``
 moves (group commit's followers wait on it). The default polls; the ZooKeeper adapter
-sets a watch and the in-memory adapter waits on a condition.
+sets a watch and the in-memory adapter waits on a condition; the object-store adapter
+polls every ``poll_interval`` (25 ms by default: each poll is a request).
 
 Leases (:meth:`SlotStore.acquire_lease`): a named, exclusive, *liveness-bound* lock, used
 to keep two running streaming queries that share one checkpoint location from both
@@ -52,8 +59,11 @@ by everyone (:meth:`SlotStore.lease_owner`) and is carried by the :class:`LeaseH
 that a second acquirer gets. A lease ends when its :class:`Lease` is released, when the
 store that granted it is closed, when the handle is garbage collected unreleased, or when
 its owner dies: the process (in-memory and local-file adapters, including SIGKILL: the OS
-drops the lock) or the ZooKeeper session (it expires ``timeout`` seconds after the process
-died or lost its connection). A dead owner's lease is taken over by the next acquirer.
+drops the lock), the ZooKeeper session (it expires ``timeout`` seconds after the process
+died or lost its connection), or the heartbeat (object-store adapter: the holder rewrites
+a beat object every ``lease_ttl / 3``; a clean exit releases the lease, a SIGKILLed owner's
+is free ``lease_ttl`` seconds after its last beat). A dead owner's lease is taken over by
+the next acquirer.
 
 Honest non-guarantees of leases:
 
@@ -67,14 +77,22 @@ Honest non-guarantees of leases:
   use the ZooKeeper adapter there. In-memory leases are per process.
 * A ZooKeeper lease whose owner was SIGKILLed stays held until the server expires the
   owner's session (its timeout); nothing guesses from pids across machines.
+* Object-store leases are bound by a TTL, not a session: a holder paused or cut off for
+  longer than ``lease_ttl`` may overlap with the next owner until its own ``held`` turns
+  False (within ``lease_ttl`` of its last successful beat, before anyone may take over,
+  as long as the holder's clock runs at the server's rate). Liveness compares server
+  timestamps (the beat's and a clock object's ``LastModified``), so client clock skew does
+  not matter; S3's one-second timestamp resolution is allowed as slack.
 * Leases are owned by the process that acquired them: a forked child neither holds nor
   can release its parent's leases (its ``Lease.held`` is False and ``release`` does
   nothing), and the local-file adapter closes the inherited lock descriptors in the child,
   so a child outliving its parent does not keep the lease alive.
 
 Closing: :meth:`SlotStore.close` releases a store's connection and its leases; it is
-idempotent and safe from any thread. A store holding a connection (ZooKeeper) reports ``closed`` and refuses
-every later call with :class:`SlotStoreClosedError`; the others hold none and stay usable.
+idempotent and safe from any thread. A store holding a connection (ZooKeeper) reports
+``closed`` and refuses every later call with :class:`SlotStoreClosedError`; the others hold
+none and stay usable (the object-store adapter stops its heartbeats and releases its
+leases, but does not close the caller's file system).
 :mod:`lockstore.registry` shares one store per spec and closes it when its last user gives
 it back or when it is garbage collected.
 """
