@@ -19,7 +19,9 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
+from urllib.parse import urlparse
 
+import fsspec
 import orjson
 
 from eventlog.errors import CorruptLogError, SlotStoreError, SlotStoreRequiredError
@@ -65,10 +67,21 @@ def _refuse_local_store_for_remote(store: SlotStore, log: LogStore) -> None:
         raise SlotStoreRequiredError(
             f"{log.uri} is on an object store that writers on other machines reach too, but "
             f"the slot store named for it is a local-file store ({store.root}): its locks "
-            'guard one machine only. Use ZooKeeper slots (slots="zk://host:2181/chroot") '
-            "or set $EVENTLOG_SLOTS to one",
+            'guard one machine only. Use ZooKeeper slots (slots="zk://host:2181/chroot"), '
+            'S3 conditional-write slots (slots="s3://bucket/slots"), or set $EVENTLOG_SLOTS',
             uri=log.uri,
         )
+
+
+def _same_store(spec: str, log: LogStore) -> fsspec.AbstractFileSystem | None:
+    """The table's own file system for an object-store slot spec of the same scheme
+    (``slots="s3://bucket/slots"`` for an ``s3://`` table): the slots then reach the store
+    with the table's ``storage_options`` (endpoint, credentials). None otherwise."""
+    if log.is_local or _is_memory(log):
+        return None
+    scheme = urlparse(spec).scheme
+    protocol = log.fs.protocol
+    return log.fs if scheme and scheme in ((protocol,) if isinstance(protocol, str) else protocol) else None
 
 
 def resolve_slots(spec: SlotsSpec, log: LogStore) -> SlotStore:
@@ -81,7 +94,7 @@ def resolve_slots(spec: SlotsSpec, log: LogStore) -> SlotStore:
         return spec
     spec = spec or os.environ.get(ENV_VAR) or None
     if spec is not None:
-        store = open_slot_store(spec)
+        store = open_slot_store(spec, filesystem=_same_store(spec, log))
         try:
             _refuse_local_store_for_remote(store, log)
         except SlotStoreRequiredError:
@@ -112,7 +125,8 @@ class UnguardedSlots(SlotStore):
         return SlotStoreRequiredError(
             f"{self.uri} is on an object store that writers on other machines reach too, and no "
             "slot store was named for it: a lock on this machine cannot guard them. Pass "
-            'slots="zk://host:2181/chroot" (ZooKeeper) or set $EVENTLOG_SLOTS; reading needs none',
+            'slots="zk://host:2181/chroot" (ZooKeeper), slots="s3://bucket/slots" (S3 '
+            "conditional writes) or set $EVENTLOG_SLOTS; reading needs none",
             uri=self.uri,
         )
 

@@ -18,7 +18,7 @@ import pytest
 from eventlog import Table, write_table
 from eventlog.cli import main
 from eventlog.errors import InvalidInputError, SlotStoreRequiredError
-from lockstore import InMemorySlotStore, LocalFileSlotStore
+from lockstore import InMemorySlotStore, LocalFileSlotStore, ObjectStoreSlotStore
 from lockstore.registry import shared_slot_stores
 
 deltalake = pytest.importorskip("deltalake")
@@ -198,6 +198,30 @@ def test_a_local_file_slot_store_is_refused_for_an_s3_table(
     assert not Table.exists(s3_uri, storage_options=s3_storage_options)
     assert list(tmp_path.iterdir()) == []  # no local store wrote anything
     assert shared_slot_stores() == []  # the refused stores opened from specs were given back
+
+
+def test_an_s3_slot_spec_reaches_the_store_with_the_tables_storage_options(
+    s3_uri: str, s3_storage_options: dict[str, Any]
+) -> None:
+    """``slots="s3://bucket/slots"`` on an s3:// table: the slots go through the table's own
+    file system (its endpoint and credentials); no AWS endpoint is in the environment."""
+    bucket = s3_uri.removeprefix("s3://").split("/")[0]
+    spec = f"s3://{bucket}/slots"
+    with Table.create(s3_uri, SCHEMA, slots=spec, storage_options=s3_storage_options) as t:
+        assert isinstance(t.slots, ObjectStoreSlotStore)
+        assert t.slots.filesystem is t.log.fs
+        t.append(_rows([1], "d"))
+        with Table.open(s3_uri, slots=spec, storage_options=s3_storage_options) as other:
+            assert other.slots is t.slots  # one store per spec and file system per process
+            assert other.append(_rows([2], "d")).version == 2
+        assert t.slots.latest(t.key) == 2
+        assert t.refresh().version == 2
+        claimed = t.slots.get(t.key, 1)
+        assert claimed is not None and claimed.complete
+    fs = t.log.fs
+    fs.invalidate_cache()
+    assert any(p.endswith(".slot") for p in fs.find(f"{bucket}/slots"))
+    assert shared_slot_stores() == []
 
 
 def test_the_cli_reads_an_s3_table_with_storage_options(
