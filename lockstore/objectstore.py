@@ -61,7 +61,9 @@ Honest non-guarantees (in addition to those of :mod:`lockstore.base`):
   in-memory file system is per process; the store serialises its conditional writes with a
   lock of this module.
 * Leases are liveness-bound by TTL, not by a session: a SIGKILLed owner's lease is taken
-  over ``lease_ttl`` (+1 s) after its last heartbeat; a clean exit releases it (``atexit``).
+  over ``lease_ttl`` (+1 s) after its last heartbeat. A clean exit releases it (when the
+  main thread ends, after the other non-daemon threads did; a lease whose release fails
+  there expires by TTL).
   A holder paused (GC, VM freeze) or cut off for longer than ``lease_ttl`` may overlap with
   the next owner until it notices (``held`` turns False within ``lease_ttl`` of its last
   successful beat); as with ZooKeeper, ``held`` is not a fence, and the streaming sink's
@@ -384,14 +386,28 @@ def _forget_in_child() -> None:
     _LIVE.clear()  # the parent's leases; the child neither beats nor releases them
 
 
-# The release must run before the interpreter's thread pools shut down: s3fs (aiohttp)
-# resolves host names on one, and an atexit hook runs after threading's shutdown, where
-# scheduling on it fails. threading's own exit hooks run first (concurrent.futures registers
-# its pool shutdown there, earlier than this module: hooks run newest first). atexit is kept
-# as a fallback (a second release is a no-op).
+def _release_at_thread_exit() -> None:
+    """The release at exit, early: before the interpreter's thread pools shut down (s3fs's
+    aiohttp resolves host names on one; by the time atexit hooks run, scheduling on it
+    fails). The interpreter is about to wait for its other (non-daemon) threads, which may
+    still write under the lease: wait for them first, so the lease outlives them. Idle
+    pool workers are not waited for: they end only after this hook."""
+    with _LIVE_LOCK:
+        if not any(beat.pid == os.getpid() for beat in _LIVE):
+            return
+    current = threading.current_thread()
+    for thread in threading.enumerate():
+        if thread is current or thread.daemon or thread.name.startswith("ThreadPoolExecutor"):
+            continue
+        thread.join()
+    _release_at_exit()
+
+
+# threading's exit hooks run newest first, so this one runs before concurrent.futures'
+# (registered when asyncio was imported, before this module). A release is done once.
 _register_thread_exit = getattr(threading, "_register_atexit", None)
 if _register_thread_exit is not None:
-    _register_thread_exit(_release_at_exit)
+    _register_thread_exit(_release_at_thread_exit)
 atexit.register(_release_at_exit)
 os.register_at_fork(after_in_child=_forget_in_child)
 
