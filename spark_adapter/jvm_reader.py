@@ -15,6 +15,10 @@ SQL filter instead (one WARNING). The session conf :data:`DV_READER_CONF` (``jvm
 
 The reader compacts only flat columns of the types in :data:`SUPPORTED`; tables with other
 columns (decimals, nested types) use the SQL filter.
+
+Native scans only: tables on a scheme Spark's Hadoop layer cannot open (``s3://`` here, with
+no ``hadoop-aws``) or opened with fsspec ``storage_options`` are read by the Python data
+source instead (:func:`spark_adapter.native.native_root`).
 """
 
 from __future__ import annotations

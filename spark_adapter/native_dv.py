@@ -12,6 +12,10 @@ buffer): a per-row lookup is a plain memory read. ``F.lit``-built arrays constan
 a ``GenericArrayData`` of boxed longs, whose lookups cost 4x the whole rest of the filter
 (``bench/bench_native_dv.py`` measures both); they remain the fallback where the session
 has no JVM gateway (Spark Connect).
+
+Native scans only: on ``s3://`` tables (no ``hadoop-aws`` in Spark here) and tables opened
+with ``storage_options``, the Python data source applies deletion vectors in its tasks
+(:mod:`spark_adapter.native`).
 """
 
 from __future__ import annotations

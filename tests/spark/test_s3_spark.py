@@ -231,12 +231,15 @@ def test_forpath_with_storage_options_runs_dml_on_s3(
         assert merged.version == 3
         want = [(1, "a"), (3, "z"), (4, "D"), (5, "e")]
         assert _rows(et.toDF()) == want
+        assert et.optimize().executeCompaction().version == 4  # compaction tasks write on S3
+        assert et.vacuum(dryRun=True) == []  # listing tasks on S3; every file is within retention
+        assert _rows(et.toDF()) == want
     finally:
         et.table.close()
     t = table()
     assert sorted((r["id"], r["s"]) for r in t.to_arrow().to_pylist()) == want
     assert [h["operation"] for h in sorted(t.history(), key=lambda h: h["version"])] == [
-        "CREATE TABLE AS SELECT", "DELETE", "UPDATE", "MERGE",
+        "CREATE TABLE AS SELECT", "DELETE", "UPDATE", "MERGE", "OPTIMIZE",
     ]  # fmt: skip
 
 
