@@ -3,7 +3,8 @@
 ``df.write.format("eventlog").mode("append"|"overwrite").save(uri)`` and
 ``spark.read.format("eventlog").load(uri)`` work without registering anything: Spark
 auto-registers ``pyspark_eventlog.DefaultSource`` (:class:`EventlogDataSource`) in every
-session. Options are listed in :mod:`spark_adapter.datasource`; partition pruning and
+session. Options are listed in :mod:`spark_adapter.datasource` (object stores: ``storage.<name>`` and
+``storageOptions`` carry fsspec storage options to every task); partition pruning and
 file skipping by pushed filters are opt-in (``filterPushdown=true``, see
 :mod:`spark_adapter.reader` for the pyspark 4.2 plan-caching bug that makes them unsafe by
 default).

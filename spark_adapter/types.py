@@ -185,7 +185,7 @@ def storage_options(options: Mapping[str, str]) -> dict[str, Any]:
             )
         out.update(doc)
     for key in list(options.keys()):
-        if not key.lower().startswith(STORAGE_PREFIX):
+        if not isinstance(key, str) or not key.lower().startswith(STORAGE_PREFIX):
             continue
         name = key[len(STORAGE_PREFIX) :]
         what = f"{STORAGE_PREFIX}{name}"
