@@ -29,6 +29,7 @@ from eventlog.errors import DataFileNotFoundError, UnknownColumnError
 from eventlog.files.schema import decode_partition_value
 from eventlog.files.stats import _has_minmax
 from eventlog.log.actions import AddFile
+from eventlog.log.storage import whole_file_options
 
 __all__ = ["DataFileReader", "data_file_path", "read_data_files"]
 
@@ -170,7 +171,8 @@ def _read_via_fsspec(
             size += files[end].size
             end += 1
         with ThreadPoolExecutor(max_workers=min(_FETCH_THREADS, end - start)) as pool:
-            blobs = list(pool.map(fs.cat_file, paths[start:end]))
+            sizes = [f.size for f in files[start:end]]
+            blobs = list(pool.map(fetch_file, [fs] * (end - start), paths[start:end], sizes))
         fragments = [
             _PARQUET_FORMAT.make_fragment(pa.BufferReader(pa.py_buffer(blob)), partition_expression=expr)
             for blob, expr in zip(blobs, expressions[start:end], strict=True)
@@ -225,7 +227,7 @@ class DataFileReader:
                 path, filesystem=pafs.LocalFileSystem(), partition_expression=expr
             )
         else:
-            source = pa.BufferReader(pa.py_buffer(fs.cat_file(path)))
+            source = pa.BufferReader(pa.py_buffer(fetch_file(fs, path, add.size)))
             self._fragment = _PARQUET_FORMAT.make_fragment(source, partition_expression=expr)
         self.metadata: pq.FileMetaData = self._fragment.metadata
         rows = [self.metadata.row_group(i).num_rows for i in range(self.metadata.num_row_groups)]
@@ -339,3 +341,13 @@ def _typed_bounds(values: list[Any], t: pa.DataType) -> pa.Array:
         except (ValueError, TypeError, OverflowError, pa.ArrowException):
             out.append(None)
     return pa.array(out, t)
+
+
+# Files up to this size are fetched in one GET; larger ones as s3fs splits them (a HEAD,
+# then concurrent ranged GETs), which is faster for big files.
+_ONE_GET_BYTES = 50 << 20
+
+
+def fetch_file(fs: fsspec.AbstractFileSystem, path: str, size: int) -> bytes:
+    """The bytes of a data file whose size the log records (``add.size``)."""
+    return bytes(fs.cat_file(path, **(whole_file_options(fs) if size <= _ONE_GET_BYTES else {})))

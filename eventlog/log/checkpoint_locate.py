@@ -19,6 +19,7 @@ import orjson
 import pyarrow.parquet as pq
 
 from eventlog.log.checkpoint_state import LAST_CHECKPOINT, checkpoint_path
+from eventlog.log.storage import whole_file_options
 
 __all__ = [
     "CHAIN_HEAD_KEY",
@@ -150,7 +151,7 @@ def read_last_checkpoint_info(fs: fsspec.AbstractFileSystem, log_dir: str) -> La
     UUID-named checkpoint of that version is ignored.
     """
     try:
-        d = orjson.loads(fs.cat_file(f"{log_dir.rstrip('/')}/{LAST_CHECKPOINT}"))
+        d = orjson.loads(fs.cat_file(f"{log_dir.rstrip('/')}/{LAST_CHECKPOINT}", **whole_file_options(fs)))
     except (OSError, ValueError):
         return None
     if not isinstance(d, dict):

@@ -55,6 +55,7 @@ from eventlog.log.checkpoint_state import (
     CheckpointState,
 )
 from eventlog.log.filetable import ADD_SCHEMA, REMOVE_SCHEMA, adds_table, conform, removes_table
+from eventlog.log.storage import whole_file_options
 
 __all__ = ["read_checkpoint"]
 
@@ -199,7 +200,7 @@ def _parquet_file(fs: fsspec.AbstractFileSystem, path: str) -> pq.ParquetFile:
         # Arrow's own reader, streaming pages through a small buffer: neither the whole
         # file nor a whole (possibly uncompressed, 300 MB) row group is held in memory.
         return pq.ParquetFile(fs._strip_protocol(path), pre_buffer=False, buffer_size=1 << 20)
-    return pq.ParquetFile(pa.BufferReader(fs.cat_file(path)))  # whole file: one GET
+    return pq.ParquetFile(pa.BufferReader(fs.cat_file(path, **whole_file_options(fs))))  # one GET
 
 
 # Row groups up to this many rows are read whole; larger ones (delta-rs writes a single
@@ -261,7 +262,7 @@ def _read_json(fs: fsspec.AbstractFileSystem, path: str, out: _Actions) -> None:
     """Gather the actions of a JSON (UUID-named V2) checkpoint."""
     adds: list[AddFile] = []
     removes: list[RemoveFile] = []
-    for number, line in enumerate(fs.cat_file(path).splitlines(), 1):
+    for number, line in enumerate(fs.cat_file(path, **whole_file_options(fs)).splitlines(), 1):
         if not line.strip():
             continue
         action = orjson.loads(line)

@@ -253,20 +253,23 @@ class CommitLog:
                 self._digests.popitem(last=False)
         return value
 
-    def latest_version(self, claimed: int | None = None) -> int:
+    def latest_version(self, claimed: int | None = None, *, probe_log: bool = True) -> int:
         """Latest version: finishes claimed-but-unpublished slots, then probes the log.
 
         ``claimed``: the slot store's latest version if the caller just read it (saves a
-        round trip). Raises :class:`SlotStoreError` when the slot store cannot be reached.
+        round trip). ``probe_log=False``: skip probing for commits written without a slot,
+        for a caller that has just listed the log (a LIST is strongly consistent on S3 too,
+        so the probe would only cost a request). Raises :class:`SlotStoreError` when the
+        slot store cannot be reached.
         """
         try:
-            return self._latest_version(claimed)
+            return self._latest_version(claimed, probe_log)
         except SlotStoreUnavailableError as exc:
             raise SlotStoreError(
                 f"{self.uri}: the version-slot store is unreachable: {exc}", uri=self.uri
             ) from exc
 
-    def _latest_version(self, claimed: int | None) -> int:
+    def _latest_version(self, claimed: int | None, probe_log: bool = True) -> int:
         if claimed is None:
             claimed = self.slots.latest(self.key)
         with self._lock:
@@ -278,7 +281,7 @@ class CommitLog:
                 self._recover(version, hot=True)
         latest = max(claimed, published)
         # Commits written without a slot (another Delta writer, run sequentially).
-        while self.log.commit_exists(latest + 1):
+        while probe_log and self.log.commit_exists(latest + 1):
             latest += 1
         with self._lock:
             self._published = max(self._published, latest)

@@ -69,7 +69,7 @@ def load_snapshot(commitlog: CommitLog, version: int | None) -> Snapshot:
     if listed:
         # The listing proves these versions are published: no per-version check needed.
         commitlog.note_listed(listed[-1])
-    latest = max(listed[-1] if listed else -1, commitlog.latest_version())
+    latest = max(listed[-1] if listed else -1, commitlog.latest_version(probe_log=not listed))
     if latest < 0:
         raise TableNotFoundError(commitlog.uri)
     target = latest if version is None else version

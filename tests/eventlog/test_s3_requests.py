@@ -148,16 +148,11 @@ def test_an_open_lists_once_and_reads_each_commit_with_one_get(
     requests.take()
     opened = Table.open(s3_uri, slots=slots, storage_options=s3_storage_options)
     counted = requests.take()
-    # HeadObject + ListObjectsV2 (both no key): ``_last_checkpoint``, read by
-    #   eventlog.log.checkpoint_locate with s3fs's cat_file, which asks for the size first
-    #   (HEAD, then LIST as the directory fallback). One GET would do; that module is not
-    #   this test's subject.
-    # ListObjectsV2: the log, once. GetObject: the probe for the version after the listed
-    #   ones (no key), then each commit file, one GET each (no HEAD before it).
-    assert counted == (
-        {"HeadObject": 1, "ListObjectsV2": 2, "GetObject": commits + 1},
-        {"HeadObject": 1, "GetObject": 1},
-    )
+    # GetObject (no key): ``_last_checkpoint``, one GET (s3fs's plain cat_file would ask
+    #   for the size first: a HEAD, then a LIST as the directory fallback).
+    # ListObjectsV2: the log, once. It is strongly consistent, so no probe for a version
+    #   after the listed ones follows. GetObject: each commit file, one GET (no HEAD).
+    assert counted == ({"ListObjectsV2": 1, "GetObject": commits + 1}, {"GetObject": 1})
     assert opened.snapshot().version == commits - 1
     opened.close()
 
@@ -198,3 +193,26 @@ def test_probed_and_streamed_commits_read_back_exactly(
     assert log.commit_exists(2) and log.read_commit(2) == b""
     f = log.open_commit(2)
     assert f is not None and f.read() == b""
+
+
+def test_a_scan_reads_each_data_file_with_one_get_and_a_checkpointed_open_lists_nothing(
+    s3_uri: str, s3_storage_options: dict[str, Any], requests: Requests
+) -> None:
+    slots = InMemorySlotStore()
+    t = Table.create(
+        s3_uri, SCHEMA, slots=slots, storage_options=s3_storage_options,
+        properties={"delta.checkpointInterval": "3"},
+    )  # fmt: skip
+    for i in range(3):
+        t.append(_row(i))  # version 3 writes a checkpoint
+    t.close()
+    requests.take()
+    opened = Table.open(s3_uri, slots=slots, storage_options=s3_storage_options)
+    # GetObject: ``_last_checkpoint``, the checkpoint (one GET each, no HEAD), and the probe
+    #   for version 4 (no key). No LIST: the pointer names the checkpoint.
+    assert requests.take() == ({"GetObject": 3}, {"GetObject": 1})
+    assert sorted(opened.to_arrow().column("id").to_pylist()) == [0, 1, 2]
+    # A read of the latest version refreshes first: the probe for version 4 (no key). Then
+    # one GET per data file (three small files, no HEAD before each), nothing else.
+    assert requests.take() == ({"GetObject": 4}, {"GetObject": 1})
+    opened.close()
