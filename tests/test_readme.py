@@ -7,12 +7,16 @@ A block's fence info string says what it is:
   created in one block is used in the next. Each section is one test,
   ``test_python_section[<the heading's anchor>]``, run in a fresh temporary directory
   (also the working directory). Absolute example locations are rewritten into it:
-  string literals starting with ``/`` (``"/data/events"``) and object-store URIs
-  (``"s3://bucket/events"``) become local directories, and ``zk://[user:password@]hosts/
-  chroot`` specs point at the suite's ZooKeeper server under a fresh chroot. Names a
-  section uses without defining them come from here, and only these: ``spark`` (the
-  suite's one SparkSession), and for the ZooKeeper section ``batch`` and the existing
-  table it opens (:data:`ZK_TABLE`, created beforehand).
+  string literals starting with ``/`` (``"/data/events"``) become local directories.
+  Object-store URIs (``"s3://bucket/events"``) go to a fresh bucket on the suite's S3
+  server (moto, on loopback), whose endpoint and fake credentials the section's process
+  finds in the usual AWS environment variables. ``zk://[user:password@]hosts/chroot``
+  specs point at the suite's ZooKeeper server under a fresh chroot. Names a section uses
+  without defining them come from here, and only these: ``spark`` (the suite's one
+  SparkSession); in sections that use an object store ``ENDPOINT``, ``KEY`` and
+  ``SECRET`` (what Spark's workers, which do not share the driver's environment, are
+  given as options); and for the ZooKeeper section ``batch`` and the existing table it
+  opens (:data:`ZK_TABLE`, created beforehand).
 
   A trailing comment ``# -> value`` on an expression statement makes it a check: the
   expression must equal ``value`` (a Python expression, evaluated in the section's
@@ -61,7 +65,7 @@ _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
 _CHECK = "# ->"
 # A string literal holding an absolute path ("/data/events"), or an object-store URI.
 _ABS_PATH = re.compile(r"""(?<=["'])/(?=[\w.-])""")
-_OBJECT_STORE = re.compile(r"""(?<=["'])(s3a?|gs|gcs|abfss?|az)://""")
+_OBJECT_STORE = re.compile(r"""(?<=["'])(s3a?|gs|gcs|abfss?|az)://[^/"']+""")
 # zk://[user:password@]host:port[,host:port...][/chroot]
 _ZK_SPEC = re.compile(r"""zk://(?P<auth>[^@/"'\s]+@)?(?P<hosts>[^/"'?\s]+)(?P<chroot>/[^"'?\s]*)?""")
 _URL = re.compile(r"^([a-z][a-z0-9+.-]*)://")
@@ -138,6 +142,10 @@ def _uses_zookeeper(blocks: list[Block]) -> bool:
     return any("zk://" in block.code for block in blocks)
 
 
+def _uses_object_store(blocks: list[Block]) -> bool:
+    return any(_OBJECT_STORE.search(block.code) for block in blocks)
+
+
 def _section_params() -> Iterator[Any]:
     for title, blocks in SECTIONS.items():
         marks = []
@@ -183,9 +191,10 @@ def test_readme_parser_follows_sections() -> None:
 class Rewriter:
     """Points the README's example locations at a temporary directory and the test ZooKeeper."""
 
-    def __init__(self, tmp: Path, zk_hosts: str | None) -> None:
+    def __init__(self, tmp: Path, zk_hosts: str | None, bucket: str | None = None) -> None:
         self.tmp = str(tmp)
         self.zk_hosts = zk_hosts
+        self.bucket = bucket  # the S3 bucket object-store URIs go to
         self.zk_root = f"/readme-{uuid.uuid4().hex[:12]}"
         self.zk_specs: set[str] = set()
         self.zk_chroots: set[str] = set()
@@ -193,8 +202,13 @@ class Rewriter:
 
     def __call__(self, code: str) -> str:
         code = _ABS_PATH.sub(self.tmp + "/", code)
-        code = _OBJECT_STORE.sub(lambda m: f"{self.tmp}/{m.group(1)}/", code)
+        code = _OBJECT_STORE.sub(self._object_store, code)
         return _ZK_SPEC.sub(self._zk, code)
+
+    def _object_store(self, match: re.Match[str]) -> str:
+        assert self.bucket is not None, "an object-store URI in a section not given an S3 bucket"
+        assert match.group(1) == "s3", f"only s3:// examples run (the suite's server is S3): {match.group(0)}"
+        return f"s3://{self.bucket}"
 
     def uri(self, literal: str) -> str:
         """A location as the README's code sees it once rewritten."""
@@ -221,7 +235,8 @@ class Rewriter:
             scheme = _URL.match(value)
             if scheme is not None:
                 # spark:// is a cluster master's address, not a place data is kept.
-                assert scheme.group(1) in ("zk", "memory", "file", "spark"), (
+                on_test_bucket = self.bucket is not None and value.startswith(f"s3://{self.bucket}/")
+                assert on_test_bucket or scheme.group(1) in ("zk", "memory", "file", "spark", "http"), (
                     f"{block.where()}: URI {value!r} was not rewritten"
                 )
 
@@ -315,10 +330,13 @@ def _zookeeper_given(rewrite: Rewriter, blocks: list[Block]) -> dict[str, Any]:
     import pyarrow as pa
 
     from eventlog import Table
+    from lockstore import InMemorySlotStore
 
     assert any(ZK_TABLE in b.code for b in blocks), f"the ZooKeeper section no longer opens {ZK_TABLE}"
     schema = pa.schema([("id", pa.int64()), ("date", pa.string()), ("x", pa.int64())])
-    Table.create(rewrite.uri(ZK_TABLE), schema, partition_by=["date"])
+    # Created through another slot store (a one-process one): the section's writers then
+    # claim the versions after it in ZooKeeper, as writers joining a table do.
+    Table.create(rewrite.uri(ZK_TABLE), schema, partition_by=["date"], slots=InMemorySlotStore()).close()
     return {"batch": pa.table({"id": [1], "date": ["2024-01-01"], "x": [5]}, schema=schema)}
 
 
@@ -379,8 +397,16 @@ def test_python_section(
 ) -> None:
     blocks = SECTIONS[section]
     zookeeper = _uses_zookeeper(blocks)
-    rewrite = Rewriter(tmp_path, request.getfixturevalue("zk_hosts") if zookeeper else None)
     namespace: dict[str, Any] = {"__name__": "__readme__", "__builtins__": builtins}
+    bucket = None
+    if _uses_object_store(blocks):
+        from tests.support.s3server import ACCESS_KEY, SECRET_KEY
+
+        endpoint = request.getfixturevalue("s3_server")
+        bucket = request.getfixturevalue("s3_bucket")  # also sets fake AWS credentials
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        namespace.update(ENDPOINT=endpoint, KEY=ACCESS_KEY, SECRET=SECRET_KEY)
+    rewrite = Rewriter(tmp_path, request.getfixturevalue("zk_hosts") if zookeeper else None, bucket)
     if _uses_spark(blocks):
         # Before chdir: the session's JVM (and its Python workers, which must find the
         # top-level module pyspark_eventlog) keeps the directory it was started in.
@@ -417,7 +443,9 @@ def test_checks_catch_a_wrong_result(tmp_path: Path) -> None:
         run_section(section("x = 1  # -> 1\n"), {}, rewrite)
     with pytest.raises(ZeroDivisionError):
         run_section(section("1 / 0\n"), {}, rewrite)
-    assert rewrite('Table.open("s3://bucket/events")') == f'Table.open("{tmp_path}/s3/bucket/events")'
+    assert (
+        Rewriter(tmp_path, None, "b-1")('Table.open("s3://bucket/events")') == 'Table.open("s3://b-1/events")'
+    )
 
 
 # --------------------------------------------------------------------------- shell blocks
