@@ -12,6 +12,7 @@ fork, real multi-process slot races (``spawn`` start method), torn-read checks, 
 from __future__ import annotations
 
 import fcntl
+import functools
 import gc
 import json
 import multiprocessing
@@ -932,11 +933,16 @@ def _collect(results: MPQueue[Any], procs: list[SpawnProcess], count: int, timeo
     return out
 
 
-def _mp_claimer(
-    root: str, table: str, worker: int, target: int, barrier: MPBarrier, results: MPQueue[Any]
+def _race_claimer(
+    make_store: Callable[[], SlotStore],
+    table: str,
+    worker: int,
+    target: int,
+    barrier: MPBarrier,
+    results: MPQueue[Any],
 ) -> None:
-    """Child process: claim latest()+1 until the table holds ``target`` versions."""
-    store = LocalFileSlotStore(root)
+    """Child process: its own store; claim latest()+1 until the table holds ``target`` versions."""
+    store = make_store()
     won: list[int] = []
     lost = 0
     barrier.wait(timeout=60)  # start all workers together so they really race
@@ -948,19 +954,24 @@ def _mp_claimer(
     results.put((worker, os.getpid(), won, lost))
 
 
-def test_multiprocess_race_grants_every_version_exactly_once(tmp_path: Path) -> None:
+def race_processes(
+    make_store: Callable[[], SlotStore], *, workers: int, target: int, timeout: float
+) -> list[tuple[int, int, list[int], int]]:
+    """``workers`` spawned processes, each with its own store from ``make_store`` (picklable),
+    race for versions 0..target-1; then every version was granted exactly once, its record
+    names its winner, and more than one process won (a real race). Returns each worker's
+    report: (worker, pid, versions won, claims lost)."""
     ctx = multiprocessing.get_context("spawn")
-    root, workers, target = str(tmp_path / "slots"), 4, 400
     barrier = ctx.Barrier(workers)
     results: MPQueue[Any] = ctx.Queue()
     procs = [
-        ctx.Process(target=_mp_claimer, args=(root, TABLE, i, target, barrier, results))
+        ctx.Process(target=_race_claimer, args=(make_store, TABLE, i, target, barrier, results))
         for i in range(workers)
     ]
     for proc in procs:
         proc.start()
     try:
-        reports = _collect(results, procs, workers, timeout=90)
+        reports = _collect(results, procs, workers, timeout=timeout)
     finally:
         for proc in procs:
             proc.join(timeout=30)
@@ -972,8 +983,7 @@ def test_multiprocess_race_grants_every_version_exactly_once(tmp_path: Path) -> 
             assert version not in winner, f"version {version} granted twice"
             winner[version] = (worker, pid)
     assert sorted(winner) == list(range(target))
-
-    store = LocalFileSlotStore(root)
+    store = make_store()
     assert store.latest(TABLE) == target - 1
     for version, (worker, pid) in winner.items():
         record = store.get(TABLE, version)
@@ -981,8 +991,13 @@ def test_multiprocess_race_grants_every_version_exactly_once(tmp_path: Path) -> 
         assert record.claim.txn_id == f"w{worker}-v{version}"
         assert record.claim.staged == f"_staged/{version}.w{worker}"
         assert record.claim.owner["pid"] == str(pid)
-    # It was a real race: more than one process won versions.
     assert sum(1 for _w, _p, won, _l in reports if won) >= 2
+    return reports
+
+
+def test_multiprocess_race_grants_every_version_exactly_once(tmp_path: Path) -> None:
+    make_store = functools.partial(LocalFileSlotStore, str(tmp_path / "slots"))
+    race_processes(make_store, workers=4, target=400, timeout=90)
 
 
 BIG = 256 * 1024  # large enough that a naive write-in-place is observable half-written

@@ -6,8 +6,8 @@ and takeover, error translation, pickling, and the registry's ``s3://`` specs.
 
 from __future__ import annotations
 
+import functools
 import json
-import multiprocessing
 import os
 import pickle
 import signal
@@ -17,8 +17,6 @@ import uuid
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
-from multiprocessing.queues import Queue as MPQueue
-from multiprocessing.synchronize import Barrier as MPBarrier
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +28,6 @@ from lockstore import (
     LeaseHeldError,
     LockstoreError,
     ObjectStoreSlotStore,
-    SlotClaim,
     SlotNotClaimedError,
     SlotStoreUnavailableError,
     TableBindingError,
@@ -40,7 +37,7 @@ from lockstore import (
 from lockstore.base import lease_node_name
 from lockstore.localfs import table_dir_name
 from lockstore.registry import UnknownSlotStoreError, open_slot_store, release_slot_store
-from tests.lockstore.test_contract import CHECKPOINT, TABLE, _claim, _collect, _Holder, _query_owner
+from tests.lockstore.test_contract import CHECKPOINT, TABLE, _claim, _Holder, _query_owner, race_processes
 
 s3fs = pytest.importorskip("s3fs")
 
@@ -116,63 +113,16 @@ def _s3_requests(fs: Any) -> Counter[str]:
 # ============================================================== processes racing on S3
 
 
-def _s3_claimer(
-    options: dict[str, str],
-    root: str,
-    table: str,
-    worker: int,
-    target: int,
-    barrier: MPBarrier,
-    results: MPQueue[Any],
-) -> None:
-    """Child process: its own s3fs client; claim latest()+1 until ``target`` versions exist."""
-    store = ObjectStoreSlotStore(s3fs.S3FileSystem(skip_instance_cache=True, **options), root)
-    won: list[int] = []
-    lost = 0
-    barrier.wait(timeout=60)
-    while (version := store.latest(table) + 1) < target:
-        if store.claim(table, version, SlotClaim(f"w{worker}-v{version}", f"_staged/{version}.w{worker}")):
-            won.append(version)
-        else:
-            lost += 1
-    results.put((worker, os.getpid(), won, lost))
+def _s3_store(options: dict[str, str], root: str) -> ObjectStoreSlotStore:
+    """A store with its own s3fs client (made in the process that calls it)."""
+    return ObjectStoreSlotStore(s3fs.S3FileSystem(skip_instance_cache=True, **options), root)
 
 
 def test_multiprocess_race_on_s3_grants_every_version_exactly_once(
-    s3_bucket: str, s3_storage_options: dict[str, str], s3: Any
+    s3_bucket: str, s3_storage_options: dict[str, str]
 ) -> None:
-    ctx = multiprocessing.get_context("spawn")
-    root, workers, target = f"{s3_bucket}/slots", 4, 60
-    barrier = ctx.Barrier(workers)
-    results: MPQueue[Any] = ctx.Queue()
-    procs = [
-        ctx.Process(target=_s3_claimer, args=(s3_storage_options, root, TABLE, i, target, barrier, results))
-        for i in range(workers)
-    ]
-    for proc in procs:
-        proc.start()
-    try:
-        reports = _collect(results, procs, workers, timeout=120)
-    finally:
-        for proc in procs:
-            proc.join(timeout=30)
-    assert [p.exitcode for p in procs] == [0] * workers
-
-    winner: dict[int, tuple[int, int]] = {}
-    for worker, pid, won, _lost in reports:
-        for version in won:
-            assert version not in winner, f"version {version} granted twice"
-            winner[version] = (worker, pid)
-    assert sorted(winner) == list(range(target))
-    store = ObjectStoreSlotStore(s3, root)
-    assert store.latest(TABLE) == target - 1
-    for version, (worker, pid) in winner.items():
-        record = store.get(TABLE, version)
-        assert record is not None
-        assert record.claim.txn_id == f"w{worker}-v{version}"
-        assert record.claim.staged == f"_staged/{version}.w{worker}"
-        assert record.claim.owner["pid"] == str(pid)
-    assert sum(1 for _w, _p, won, _l in reports if won) >= 2  # a real race
+    make_store = functools.partial(_s3_store, s3_storage_options, f"{s3_bucket}/slots")
+    reports = race_processes(make_store, workers=4, target=60, timeout=120)
     assert sum(lost for _w, _p, _won, lost in reports) > 0
 
 
