@@ -36,14 +36,16 @@ def _assert_every_slot_complete(table: Table, slots: ObjectStoreSlotStore) -> No
     assert slots.recent(table.key, limit=latest + 1, incomplete_only=True) == []
 
 
+@pytest.mark.parametrize("group_commit", [False, True], ids=["own-slots", "group-commit"])
 def test_four_writer_processes_append_delete_and_merge_with_s3_slots(
-    s3_bucket: str, s3_uri: str, s3_storage_options: dict[str, Any]
+    s3_bucket: str, s3_uri: str, s3_storage_options: dict[str, Any], group_commit: bool
 ) -> None:
+    """With group commit, blind appends queue on S3 and their followers poll the slots."""
     slots = _slots(s3_bucket, s3_storage_options)
     Table.create(s3_uri, SCHEMA, slots=slots, storage_options=s3_storage_options).close()
     results = run_writers(
         s3_uri, workers=4, ops=6, slots=slots,  # type: ignore[arg-type]  # pickled into each child
-        storage_options=s3_storage_options, merge_share=0.3,
+        storage_options=s3_storage_options, merge_share=0.3, group_commit=group_commit,
     )  # fmt: skip
     acks = [a for r in results for a in r.acks]
     assert len(acks) == 24 and not any(r.errors for r in results)
