@@ -56,10 +56,18 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lockstore import Lease, LeaseHeldError, LeaseOwner, LocalFileSlotStore, SlotStore, lease_owner_here
+from lockstore import (
+    Lease,
+    LeaseHeldError,
+    LeaseOwner,
+    LocalFileSlotStore,
+    ObjectStoreSlotStore,
+    SlotStore,
+    lease_owner_here,
+)
 
 if TYPE_CHECKING:
     from eventlog.errors import ConcurrentTransactionException
@@ -202,17 +210,28 @@ def verify_checkpoint(
 @dataclass(frozen=True)
 class StoreLocator:
     """How another process opens the same slot store: a local-file store's root, or a spec
-    (``zk://...``) for :func:`lockstore.registry.open_slot_store`."""
+    (``zk://...``, ``s3://...``) for :func:`lockstore.registry.open_slot_store`, with the
+    object store's ``storage_options`` as JSON (never in a repr; a holder process gets
+    them on its stdin, not on its command line, where ``ps`` would show them)."""
 
     kind: str  # "localfs" | "spec"
     value: str
+    options: str = field(default="", repr=False)  # JSON of the file system's options
 
     @staticmethod
     def of(store: SlotStore, spec: str | None) -> StoreLocator | None:
         """The locator of ``store`` (opened from ``spec``, if any); None for stores another
-        process cannot share (in-memory)."""
+        process cannot share (in-memory, or an object store the registry cannot open)."""
         if isinstance(store, LocalFileSlotStore):
             return StoreLocator("localfs", store.root)
+        if isinstance(store, ObjectStoreSlotStore):
+            protocol = store.filesystem.protocol
+            scheme = protocol if isinstance(protocol, str) else protocol[0]
+            if scheme not in ("s3", "s3a"):
+                return None
+            tuning = f"lease_ttl={store.lease_ttl:g}&poll_interval={store.poll_interval:g}"
+            options = json.dumps(dict(store.filesystem.storage_options), sort_keys=True, default=str)
+            return StoreLocator("spec", f"s3://{store.root}?{tuning}", options)
         if spec and not spec.startswith("memory:"):
             return StoreLocator("spec", spec)
         return None
@@ -222,7 +241,8 @@ class StoreLocator:
             return LocalFileSlotStore(self.value)
         from lockstore.registry import open_slot_store
 
-        return open_slot_store(self.value, shared=False)
+        options = json.loads(self.options) if self.options else None
+        return open_slot_store(self.value, shared=False, storage_options=options)
 
 
 def process_start_token(pid: int) -> str | None:
@@ -316,13 +336,17 @@ def _spawn_holder(
     }
     proc = subprocess.Popen(
         [sys.executable, "-c", _BOOT, os.path.abspath(__file__), json.dumps(args)],
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         close_fds=True,
         start_new_session=True,
     )
-    assert proc.stdout is not None
+    assert proc.stdout is not None and proc.stdin is not None
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.write(locator.options.encode("utf-8"))  # secrets: not on the command line
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.close()
     deadline = time.monotonic() + timeout
     line = b""
     try:
@@ -352,6 +376,7 @@ def _spawn_holder(
 def _holder_main(args: Mapping[str, Any]) -> None:
     """The holder process: take the lease, report on stdout, hold it while the watched
     process lives. Runs with only :mod:`lockstore` and the standard library imported."""
+    options = sys.stdin.read()  # the store's options (:class:`StoreLocator`), before the fork
     if os.fork():
         os._exit(0)  # the spawner reaps this intermediate; the holder is reparented
     stop = threading.Event()
@@ -360,7 +385,7 @@ def _holder_main(args: Mapping[str, Any]) -> None:
     store: SlotStore | None = None
     lease: Lease | None = None
     try:
-        store = StoreLocator(str(args["kind"]), str(args["value"])).open()
+        store = StoreLocator(str(args["kind"]), str(args["value"]), options).open()
         owner = LeaseOwner(socket.gethostname(), os.getpid(), dict(args["info"]), 0)
         try:
             lease = store.acquire_lease(str(args["name"]), owner)

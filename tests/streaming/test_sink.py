@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -383,6 +384,46 @@ def test_a_zookeeper_lease_is_held_by_the_holder_session_until_the_driver_dies(
         _wait_until(lambda: store.lease_owner(lease_name(checkpoint)) is None)
     finally:
         store.close()
+
+
+def test_an_s3_slot_lease_is_held_by_the_holder_with_the_stores_options(
+    s3_bucket: str, s3_storage_options: dict[str, str]
+) -> None:
+    """Slots in the bucket (ObjectStoreSlotStore): the holder process opens the same store with
+    the file system's options (endpoint, credentials), which it reads on its stdin, so they
+    never show on its command line; no AWS endpoint is in the environment it inherits."""
+    s3fs = pytest.importorskip("s3fs")
+    from lockstore import ObjectStoreSlotStore
+
+    assert not any(k.startswith("AWS_ENDPOINT") for k in os.environ)
+    secret = f"secret-{uuid.uuid4().hex}"  # moto takes any credentials; this one is findable
+    options = {**s3_storage_options, "secret": secret}
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
+    store = ObjectStoreSlotStore(fs, f"{s3_bucket}/slots", lease_ttl=5)
+    locator = StoreLocator.of(store, None)
+    assert locator is not None and locator.value == f"s3://{s3_bucket}/slots?lease_ttl=5&poll_interval=0.025"
+    assert secret not in repr(locator)
+    checkpoint = "/var/checkpoints/q1"
+    name = lease_name(checkpoint)
+    driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        owner = claim_checkpoint(
+            store, locator, checkpoint, app="app-A", table="t", watch_pid=driver.pid,
+            watch_token=process_start_token(driver.pid), info={"queryId": QUERY},
+        )  # fmt: skip
+        assert owner.pid not in (os.getpid(), driver.pid)
+        assert store.lease_owner(name) == owner
+        with open(f"/proc/{owner.pid}/cmdline", "rb") as f:
+            assert secret.encode() not in f.read()
+        with pytest.raises(ConcurrentTransactionException, match=SAME_CHECKPOINT):
+            claim_checkpoint(
+                store, locator, checkpoint, app="app-B", table="t", watch_pid=os.getpid(), watch_token=None
+            )
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=10)
+    # The holder sees the driver gone and releases the lease (no TTL to wait out).
+    _wait_until(lambda: store.lease_owner(name) is None, seconds=4)
 
 
 # --------------------------------------------------------------------------- auto-compaction
