@@ -27,8 +27,10 @@ from pyspark.errors import PySparkException
 from eventlog import Table
 from eventlog.errors import InvalidInputError, InvalidTextError
 from eventlog.log.location import TableLocation
+from lockstore import ObjectStoreSlotStore
 from spark_adapter import EventlogTable, read_table
 from spark_adapter.types import storage_options, storage_spark_options
+from streaming.ownership import lease_name
 from streaming.sink import STREAMING_FIELD
 
 pytestmark = [pytest.mark.spark, pytest.mark.zookeeper, pytest.mark.timeout(300)]
@@ -141,15 +143,25 @@ def test_batch_write_append_and_read_through_the_options(
     assert not [p for p, data in texts.items() if secret.encode() in data]
 
 
+@pytest.mark.parametrize("slots", ["zookeeper", "s3"])
 def test_streaming_sink_and_source_on_s3_with_a_local_checkpoint(
     spark: Any,
     s3_uri: str,
+    s3_bucket: str,
     options: dict[str, str],
     spark_options: dict[str, str],
     secret: str,
     tmp_path: Path,
     table: Callable[[], Table],
+    slots: str,
 ) -> None:
+    """With S3 slots, the checkpoint lease is taken too: its holder process reaches the bucket
+    with the table's options. (With ZooKeeper it is not: the holder lives as long as the
+    test run's Spark application and would outlive the test's chroot.)"""
+    if slots == "s3":
+        # A short TTL: once the test deletes the bucket, the holder's heartbeat fails and it
+        # exits within seconds, though the application (the Spark session) lives on.
+        spark_options = {**spark_options, "slots": f"s3://{s3_bucket}/_slots?lease_ttl=3"}
     source_dir = tmp_path / "input"
     source_dir.mkdir()
     for n in range(2):
@@ -163,7 +175,7 @@ def test_streaming_sink_and_source_on_s3_with_a_local_checkpoint(
         .parquet(str(source_dir))
         .writeStream.format("eventlog")
         .option("checkpointLocation", str(checkpoint))
-        .option("checkpointLease", "false")  # no lease holder outliving the test's ZooKeeper chroot
+        .option("checkpointLease", str(slots == "s3").lower())
         .options(**spark_options)
         .trigger(availableNow=True)
         .start(s3_uri)
@@ -173,8 +185,17 @@ def test_streaming_sink_and_source_on_s3_with_a_local_checkpoint(
     finally:
         query.stop()
     t = table()
+    if slots == "s3":
+        t.close()
+        t = Table.open(s3_uri, slots=spark_options["slots"], storage_options=options)
     assert sorted(t.to_arrow().column("id").to_pylist()) == [0, 1, 10, 11]
     assert t.version == 1  # one commit per micro-batch: batch 0 created the table
+    if slots == "s3":
+        assert isinstance(t.slots, ObjectStoreSlotStore)
+        owner = t.slots.lease_owner(lease_name(str(checkpoint)))
+        assert owner is not None and owner.info["queryId"] == str(query.id)
+        assert owner.pid != os.getpid()  # the holder process, which reached S3 with the options
+        t.close()
     assert t.refresh().txn_version(str(query.id)) == 1
     last = max(t.history(), key=lambda h: h["version"])
     assert last[STREAMING_FIELD] == {
