@@ -33,12 +33,21 @@ first one rotating from run to run, ``gc.collect()`` (and ``os.sync()``) before 
 3. full scan of the tables just written: ``Table.open(...).to_arrow()`` versus
    ``DeltaTable(...).to_pyarrow_table()`` (handle / DeltaTable made beforehand); row count and
    ``sum(id)`` are checked.
+4. open: a table of C one-row commits (``--open-commits``, default 100; ``--quick`` 20; versions
+   0..C-1; ``delta.checkpointInterval`` 1,000,000, so no automatic checkpoint), then the same
+   table with a checkpoint at its version C-1 (``Table.checkpoint()`` / ``create_checkpoint()``,
+   nothing after it). Each is opened ``--opens`` times per run (default 3), configurations
+   interleaved: ``Table.open(uri)`` versus ``DeltaTable(uri)`` (both read the whole snapshot,
+   file list included); the per-run median is kept. The opened version is checked. The tables
+   are built untimed (deltalake through one ``DeltaTable``). (The automatic checkpoints differ:
+   ours at versions that are multiples of the interval, delta-rs at version+1 multiples.)
 
 Then, on a second server that logs every request, S3 requests are counted for ``ours-s3``,
 ``deltalake-s3`` and ``deltalake-s3-handle`` (by HTTP method; GET split into object reads and
 listings): per small append (mean of N, after a first untimed one), per open of the table those
 appends made (``Table.open`` / ``DeltaTable(uri)``), create + bulk write, and open + full scan
-of the bulk table. ``--profile`` adds a cProfile of ours-s3 small appends (top functions).
+of the bulk table, and the two opens of measurement 4. ``--profile`` adds a cProfile of ours-s3
+small appends (top functions).
 
 Client and server cost. moto is a Python web app: each request costs it about as much CPU as
 the client spends making it. Every timing therefore also reports the S3 server process's CPU
@@ -101,11 +110,20 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run (< 60 s)")
     parser.add_argument("--repeat", type=int, default=None, help="runs per measurement (default 3, quick 1)")
     parser.add_argument("--profile", action="store_true", help="cProfile ours-s3 small appends")
+    parser.add_argument(
+        "--open-commits", type=int, default=None,
+        help="commits of the table whose open is timed (default 100, quick 20); one more: a checkpoint",
+    )  # fmt: skip
+    parser.add_argument("--opens", type=int, default=3, help="timed opens per table and run (default 3)")
     args = parser.parse_args()
     if args.repeat is None:
         args.repeat = 1 if args.quick else 3
+    if args.open_commits is None:
+        args.open_commits = 20 if args.quick else 100
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    if args.open_commits < 2 or args.opens < 1:
+        parser.error("--open-commits must be at least 2 and --opens at least 1")
     return args
 
 
@@ -231,21 +249,24 @@ class Engine:
     def _dl_options(self) -> dict[str, str] | None:
         return self.place.deltalake_options if self.s3 else None
 
-    def small_appender(self, uri: str) -> Callable[[pa.RecordBatch], object]:
-        """Create an empty table at ``uri``; return a 1-row append through one handle."""
+    def small_appender(
+        self, uri: str, properties: dict[str, str] | None = None, handle: bool = False
+    ) -> Callable[[pa.RecordBatch], object]:
+        """Create an empty table at ``uri`` (with ``properties``); return a 1-row append through
+        one handle (deltalake: ``write_deltalake(uri)`` unless ``-handle`` or ``handle``)."""
         if self.ours:
             from eventlog.table import Table
 
             kwargs = self._ours_kwargs()
-            Table.create(uri, SMALL_SCHEMA, **kwargs).close()
+            Table.create(uri, SMALL_SCHEMA, properties=properties, **kwargs).close()
             table = Table.open(uri, **kwargs)
             self._closers.insert(0, table.close)
             return table.append
         from deltalake import DeltaTable, write_deltalake
 
         options = self._dl_options()
-        DeltaTable.create(uri, schema=SMALL_SCHEMA, storage_options=options)
-        if self.config.endswith("-handle"):
+        DeltaTable.create(uri, schema=SMALL_SCHEMA, storage_options=options, configuration=properties)
+        if handle or self.config.endswith("-handle"):
             dt = DeltaTable(uri, storage_options=options)  # kept up to date by each write
             return lambda b: write_deltalake(dt, b, mode="append")
         return lambda b: write_deltalake(uri, b, mode="append", storage_options=options)
@@ -284,6 +305,41 @@ class Engine:
         from deltalake import DeltaTable
 
         return DeltaTable(uri, storage_options=self._dl_options())
+
+    def opener(self, uri: str) -> tuple[Callable[[], object], Callable[[object], int]]:
+        """(open, version_of_then_close): the open alone is timed; the slot store (ours) is
+        made beforehand, the handle closed after."""
+        if self.ours:
+            from eventlog.table import Table
+
+            kwargs = self._ours_kwargs()
+
+            def version_ours(table: Any) -> int:
+                try:
+                    return int(table._snapshot.version)  # as loaded (``version`` would refresh)
+                finally:
+                    table.close()
+
+            return (lambda: Table.open(uri, **kwargs)), version_ours
+        from deltalake import DeltaTable
+
+        options = self._dl_options()
+        return (lambda: DeltaTable(uri, storage_options=options)), (lambda dt: int(dt.version()))  # type: ignore[attr-defined]
+
+    def checkpoint(self, uri: str) -> None:
+        """Write a checkpoint of the table's latest version (untimed)."""
+        if self.ours:
+            from eventlog.table import Table
+
+            table = Table.open(uri, **self._ours_kwargs())
+            try:
+                table.checkpoint()
+            finally:
+                table.close()
+            return
+        from deltalake import DeltaTable
+
+        DeltaTable(uri, storage_options=self._dl_options()).create_checkpoint()
 
     def inspect(self, uri: str) -> tuple[int, int]:
         """(version, rows) as a fresh reader sees them."""
@@ -384,6 +440,62 @@ def run_bulk(
     return writes, scans
 
 
+def _checkpoint_written(place: Place, config: str, uri: str, version: int) -> None:
+    """Wait (up to 10 s) for ``<version>.checkpoint.parquet`` in the table's log."""
+    fs = place.fs(config)
+    path = f"{uri.removeprefix('s3://')}/_delta_log/{version:020d}.checkpoint.parquet"
+    deadline = time.monotonic() + 10
+    while not fs.exists(path):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{config}: no checkpoint at version {version}")
+        time.sleep(0.05)
+        fs.invalidate_cache()
+
+
+NO_AUTO_CHECKPOINT = {"delta.checkpointInterval": "1000000"}
+
+
+def run_open(
+    place: Place, server: MotoS3Server, commits: int, opens: int, rep: int
+) -> tuple[dict[str, Timing], dict[str, Timing]]:
+    """Per configuration, the median (by wall time) of ``opens`` timed opens of a table of
+    ``commits`` commits (no checkpoint), then of that table with a checkpoint at its version.
+    Configurations interleaved, first one rotated."""
+    uris = {c: place.uri(c, f"open-{rep}") for c in CONFIGS}
+    engines = {c: Engine(c, place) for c in CONFIGS}
+    plain: dict[str, Timing] = {}
+    checkpointed: dict[str, Timing] = {}
+
+    def timed_opens(expected: int) -> dict[str, Timing]:
+        got: dict[str, list[Timing]] = {c: [] for c in CONFIGS}
+        for _ in range(opens):
+            for config in rotated(CONFIGS, rep):
+                open_, version_of = engines[config].opener(uris[config])
+                timing, handle = measure(open_, server)
+                version = version_of(handle)
+                del handle
+                if version != expected:
+                    raise AssertionError(f"{config}: opened version {version}, expected {expected}")
+                got[config].append(timing)
+        return {c: sorted(ts, key=lambda t: t.seconds)[len(ts) // 2] for c, ts in got.items()}
+
+    try:
+        for config in CONFIGS:
+            append = engines[config].small_appender(uris[config], NO_AUTO_CHECKPOINT, handle=True)
+            for i in range(1, commits):  # versions 1 .. commits-1 (0 is the create)
+                append(small_batch(0, i))
+        plain = timed_opens(commits - 1)
+        for config in CONFIGS:
+            engines[config].checkpoint(uris[config])
+            _checkpoint_written(place, config, uris[config], commits - 1)
+        checkpointed = timed_opens(commits - 1)
+    finally:
+        for config in CONFIGS:
+            engines[config].close()
+            place.remove(config, uris[config])
+    return plain, checkpointed
+
+
 # --------------------------------------------------------------------------- request counts
 
 _REQUEST = re.compile(r'"(GET|PUT|POST|HEAD|DELETE) (\S+) HTTP/[\d.]+" (\d{3})')
@@ -419,11 +531,17 @@ REQUEST_OPERATIONS = {
     "open": "open after the N+1 appends",
     "bulk": "create + bulk write",
     "scan": "open + full scan of the bulk table",
+    "open-log": "open of C commits (no checkpoint)",
+    "open-ckpt": "open of C commits, checkpoint at the last",
 }
 
 
 def _count_config(
-    engine: Engine, n: int, data: pa.Table, counted: Callable[[str, str, Callable[[], object]], None]
+    engine: Engine,
+    n: int,
+    data: pa.Table,
+    commits: int,
+    counted: Callable[[str, str, Callable[[], object]], None],
 ) -> None:
     config, place = engine.config, engine.place
     uri = place.uri(config, "small")
@@ -440,9 +558,24 @@ def _count_config(
         bulk_uri = place.uri(config, "bulk")
         counted("bulk", config, lambda: engine.bulk_writer(bulk_uri, data)())
         counted("scan", config, lambda: engine.reader(bulk_uri)())
+        open_uri = place.uri(config, "open")
+        append_open = engine.small_appender(open_uri, NO_AUTO_CHECKPOINT, handle=True)
+        for i in range(1, commits):
+            append_open(small_batch(0, i))
+        opened: list[object] = []
+        open_, version_of = engine.opener(open_uri)
+        counted("open-log", config, lambda: opened.append(open_()))
+        if version_of(opened.pop()) != commits - 1:
+            raise AssertionError(f"{config}: open of {commits} commits saw another version")
+        engine.checkpoint(open_uri)
+        _checkpoint_written(place, config, open_uri, commits - 1)
+        open_, version_of = engine.opener(open_uri)
+        counted("open-ckpt", config, lambda: opened.append(open_()))
+        if version_of(opened.pop()) != commits - 1:
+            raise AssertionError(f"{config}: checkpointed open saw another version")
 
 
-def request_counts(n: int, data: pa.Table) -> dict[tuple[str, str], Counter[str]]:
+def request_counts(n: int, data: pa.Table, commits: int) -> dict[tuple[str, str], Counter[str]]:
     """S3 requests of ``n`` small appends, of an open of that table, of one bulk write (with
     the create) and of an open + full scan of that table, per configuration."""
     out: dict[tuple[str, str], Counter[str]] = {}
@@ -460,7 +593,7 @@ def request_counts(n: int, data: pa.Table) -> dict[tuple[str, str], Counter[str]
         for config in S3_CONFIGS:
             engine = Engine(config, place)
             try:
-                _count_config(engine, n, data, counted)
+                _count_config(engine, n, data, commits, counted)
             finally:
                 engine.close()
     return out
@@ -536,6 +669,7 @@ def main() -> int:
     mb = data.nbytes / 1e6
     print(
         f"sizes: {n_small} one-row appends per run; bulk {rows:,} rows = {mb:.1f} MB in Arrow; "
+        f"opens of {args.open_commits} commits and at a checkpoint, {args.opens} per run; "
         f"{args.repeat} runs each"
     )
 
@@ -543,6 +677,9 @@ def main() -> int:
     writes: dict[str, list[Timing]] = {c: [] for c in CONFIGS}
     scans: dict[str, list[Timing]] = {c: [] for c in CONFIGS}
     files: dict[str, tuple[int, int]] = {}
+    opens_log: dict[str, list[Timing]] = {c: [] for c in CONFIGS}
+    opens_ckpt: dict[str, list[Timing]] = {c: [] for c in CONFIGS}
+    commits = args.open_commits
     loads: list[str] = []
     local_root = tempfile.mkdtemp(prefix="bench-s3-")
     try:
@@ -560,17 +697,25 @@ def main() -> int:
                 for config in CONFIGS:
                     writes[config].append(wrote[config])
                     scans[config].append(scanned[config])
+                plain, ckpt = run_open(place, server, commits, args.opens, rep)
+                for config in CONFIGS:
+                    opens_log[config].append(plain[config])
+                    opens_ckpt[config].append(ckpt[config])
                 print(
                     f"  run {rep + 1} (load {loads[-1]}): appends/s "
                     + ", ".join(f"{c} {n_small / small[c][-1].seconds:.0f}" for c in SMALL_CONFIGS)
                     + "; write MB/s "
                     + ", ".join(f"{c} {mb / wrote[c].seconds:.0f}" for c in CONFIGS)
                     + "; scan MB/s "
-                    + ", ".join(f"{c} {mb / scanned[c].seconds:.0f}" for c in CONFIGS),
+                    + ", ".join(f"{c} {mb / scanned[c].seconds:.0f}" for c in CONFIGS)
+                    + f"; open ms ({commits} commits / checkpoint) "
+                    + ", ".join(
+                        f"{c} {1000 * plain[c].seconds:.0f} / {1000 * ckpt[c].seconds:.0f}" for c in CONFIGS
+                    ),
                     flush=True,
                 )
             profile = profile_small(place, n_small) if args.profile else ""
-        requests = request_counts(n_small, data)
+        requests = request_counts(n_small, data, args.open_commits)
     finally:
         shutil.rmtree(local_root, ignore_errors=True)
 
@@ -623,6 +768,34 @@ def main() -> int:
         rows_bulk,
     )  # fmt: skip
 
+    # ---- opens
+    o_log = {c: Stat.of([t.seconds for t in opens_log[c]]) for c in CONFIGS}
+    o_ckpt = {c: Stat.of([t.seconds for t in opens_ckpt[c]]) for c in CONFIGS}
+    rows_open = []
+    for label, st, runs in (
+        (f"{commits} commits, no checkpoint (v{commits - 1})", o_log, opens_log),
+        (f"{commits} commits, checkpoint at v{commits - 1}", o_ckpt, opens_ckpt),
+    ):
+        for c in CONFIGS:
+            rows_open.append(
+                [
+                    label,
+                    c,
+                    Stat.of([1000 * t.seconds for t in runs[c]]).fmt(".1f"),
+                    Stat.of([1000 * t.cpu for t in runs[c]]).fmt(".1f"),
+                    Stat.of([1000 * t.server_cpu for t in runs[c]]).fmt(".1f") if is_s3(c) else "-",
+                    share(runs[c], "server_cpu") if is_s3(c) else "-",
+                    f"{ratio(st[c].median, st['ours-s3'].median):.2f}x",
+                ]
+            )
+    print_table(
+        f"Open (Table.open / DeltaTable(uri)), median [min-max] over {args.repeat} runs of the "
+        f"per-run median of {args.opens} opens",
+        ["table", "config", "ms/open", "client CPU ms", "S3 server CPU ms", "server CPU / wall",
+         "ours-s3 speed / config"],
+        rows_open,
+    )  # fmt: skip
+
     # ---- ratios
     # Throughputs (higher is faster) per measurement and configuration.
     throughput: dict[str, dict[str, float]] = {
@@ -633,6 +806,8 @@ def main() -> int:
         },
         "bulk write (MB/s)": {c: mb / w[c].median for c in CONFIGS},
         "full scan (MB/s)": {c: mb / s[c].median for c in CONFIGS},
+        f"open, {commits} commits (opens/s)": {c: 1 / o_log[c].median for c in CONFIGS},
+        "open at a checkpoint (opens/s)": {c: 1 / o_ckpt[c].median for c in CONFIGS},
     }
     ratio_rows = []
     for label, t in throughput.items():
@@ -659,7 +834,13 @@ def main() -> int:
     for (config, what), counts in sorted(requests.items(), key=lambda kv: (order.index(kv[0][1]), kv[0][0])):
         per = n_small if what == "append" else 1
         req_rows.append(
-            [config, REQUEST_OPERATIONS[what].replace("N+1", str(n_small + 1)).replace("N", str(n_small))]
+            [
+                config,
+                REQUEST_OPERATIONS[what]
+                .replace("N+1", str(n_small + 1))
+                .replace("N", str(n_small))
+                .replace("C commits", f"{commits} commits"),
+            ]
             + [f"{counts[k] / per:.2f}".rstrip("0").rstrip(".") if counts[k] else "0" for k in kinds]
             + [f"{sum(v for k, v in counts.items() if not k.startswith('(')) / per:.2f}"]
         )
@@ -671,7 +852,8 @@ def main() -> int:
     if profile:
         print("### cProfile: ours-s3 small appends\n\n```\n" + profile.rstrip() + "\n```")
     print(f"verification: every small-append run reached version {n_small} with {n_small} rows; every scan "
-          f"returned {rows:,} rows with the written sum(id) -> OK")  # fmt: skip
+          f"returned {rows:,} rows with the written sum(id); every open saw version {commits - 1} "
+          f"(checkpoint file present for the second) -> OK")  # fmt: skip
     print(f"load average at the end: {loadavg()}")
     return 0
 
