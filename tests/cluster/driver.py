@@ -213,6 +213,82 @@ def scenario_append_batches(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
     return {"acks": acks, "started": started, "ended": time.time()}
 
 
+def scenario_s3_table(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """An ``s3://`` table from the cluster, its endpoint and credentials in options only.
+
+    ``storage_options``: fsspec options (``storage.<name>`` reader/writer options, and
+    ``storage_options=`` of ``EventlogTable.forPath``); ``storage_json``: more of them, given
+    as the ``storageOptions`` JSON option (and merged into ``forPath``'s); ``slots``: the slot
+    store URI. First, what ``AWS_*`` variables the driver and every executor's Python workers
+    see; then two appends (executors write the Parquet files, the driver commits), a read
+    through ``format("eventlog")``, a MERGE through ``EventlogTable`` (its ``toDF()`` reads
+    through the same data source), and a time-travel read.
+    """
+    from spark_adapter import EventlogTable
+
+    uri, slots = args["uri"], args["slots"]
+    storage = {**args["storage_options"], **args.get("storage_json", {})}
+    options = {f"storage.{k}": v for k, v in args["storage_options"].items()}
+    options.update(slots=slots, storageOptions=json.dumps(args.get("storage_json", {})))
+
+    def environment(_: Any) -> Any:
+        time.sleep(0.5)  # keep the task slot busy so the other executor takes the next task
+        yield {"cwd": os.getcwd(), "aws": sorted(k for k in os.environ if k.upper().startswith("AWS_"))}
+
+    def frame(ids: range, prefix: str) -> Any:
+        data = [(i, i % 2, f"{prefix}{i}") for i in ids]
+        return spark.createDataFrame(data, "id long, part long, name string").repartition(2)
+
+    def read(**extra: str) -> list[dict[str, Any]]:
+        return rows_of(spark.read.format("eventlog").options(**options, **extra).load(uri))
+
+    steps: dict[str, float] = {}
+    mark = time.monotonic()
+
+    def step(name: str) -> None:
+        nonlocal mark
+        now = time.monotonic()
+        steps[name], mark = now - mark, now
+
+    probes = spark.sparkContext.parallelize(range(4), 4).mapPartitions(environment).collect()
+    step("probe")
+    writer = frame(range(0, 10), "a").write.format("eventlog").mode("append").options(**options)
+    writer.option("partitionBy", "part").save(uri)
+    step("create")
+    frame(range(10, 20), "b").write.format("eventlog").mode("append").options(**options).save(uri)
+    step("append")
+    result: dict[str, Any] = {
+        "driver_aws": sorted(k for k in os.environ if k.upper().startswith("AWS_")),
+        "executors": probes,
+        "appended": read(),
+        "steps": steps,
+    }
+    step("read")
+    table = EventlogTable.forPath(spark, uri, slots, storage_options=storage)
+    try:
+        merged = (
+            table.alias("t")
+            .merge(frame(range(15, 25), "m").alias("s"), "t.id = s.id")
+            .whenMatchedDelete("s.id % 3 = 0")
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+        step("merge")
+        result["merge"] = {
+            "version": merged.version,
+            "operation": merged.operation,
+            "metrics": dict(merged.metrics),
+        }
+        result["to_df"] = rows_of(table.toDF())
+        step("to_df")
+    finally:
+        table.table.close()
+    result["version0"] = read(versionAsOf="0")
+    step("version0")
+    return result
+
+
 SCENARIOS: dict[str, Scenario] = {
     "ship": scenario_ship,
     "batch": scenario_batch,
@@ -222,6 +298,7 @@ SCENARIOS: dict[str, Scenario] = {
     "stream": scenario_stream,
     "stream_lease": scenario_stream,
     "append_batches": scenario_append_batches,
+    "s3_table": scenario_s3_table,
 }
 
 

@@ -3,14 +3,22 @@
 Drivers run in child processes (``driver.py``; the test process keeps its own local
 SparkContext) with the project shipped as a zip in ``spark.submit.pyFiles`` and a Python
 that cannot import the repository, so executors run the shipped code. One driver runs the
-batch, read, MERGE and streaming scenarios in one Spark application (a session costs
-~15 s on two cores); the concurrent-writer test starts two more drivers at once. Every
-result is checked against the table as the engine reads it in this process.
+batch, read, MERGE, streaming and ``s3://`` scenarios in one Spark application (a session
+costs ~15 s on two cores, and the first use of each code path in an application ~20 s
+more); the concurrent-writer test starts two more drivers at once. Every result is checked
+against the table as the engine reads it in this process.
+
+No ``AWS_*`` variable reaches the cluster's daemons, executors or drivers: the ``s3://``
+table (moto's S3 API on loopback, slots in the bucket) is reached only through options.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +31,9 @@ from eventlog.log.commit import member_txn_ids
 from eventlog.log.storage import LogStore
 from streaming.sink import STREAMING_FIELD, STREAMING_OPERATION
 from tests.cluster.conftest import Driver, Measurements, Shipping, scenario_ok
+from tests.support.fixtures import _delete_bucket, s3_admin_client
 from tests.support.invariants import check_invariants
+from tests.support.s3server import ACCESS_KEY, REGION
 from tests.support.sparkcluster import REPO_ROOT, SparkStandaloneCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(420)]
@@ -31,6 +41,23 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(420)]
 DRIVER_TIMEOUT = 300.0  # seconds for one driver process, session start to stop
 TABLE_SCHEMA = pa.schema([("id", pa.int64()), ("part", pa.int64()), ("name", pa.string())])
 BATCHES = 4  # appends per concurrent writer
+
+
+def _aws_names() -> list[str]:
+    return sorted(name for name in os.environ if name.upper().startswith("AWS_"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_aws_environment() -> Iterator[None]:
+    """The cluster's daemons start without any ``AWS_*`` variable of this machine (an
+    executor inherits its worker's environment), so S3 endpoints and credentials reach the
+    executors only through the options a test passes; drivers inherit this process's
+    environment. Set up before ``cluster`` and ``main_run``: an autouse fixture comes first
+    among those of its scope, and module fixtures before any test's ``s3_fake_aws_env``."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name in _aws_names():
+            mp.delenv(name)
+        yield
 
 
 def _rows(ids: range, prefix: str) -> pa.Table:
@@ -103,6 +130,44 @@ class Inputs:
         ]
 
 
+@dataclass(frozen=True)
+class S3Table:
+    """The ``s3://`` table of the main driver's ``s3_table`` scenario."""
+
+    bucket: str
+    uri: str
+    slots: str  # slots in the bucket, reached through the table's file system and options
+    storage: dict[str, str]  # fsspec options, with a secret nothing else holds (to grep for)
+    region: dict[str, Any]  # more options, passed as the storageOptions JSON option
+
+    def scenario_args(self) -> dict[str, Any]:
+        return {
+            "uri": self.uri,
+            "slots": self.slots,
+            "storage_options": self.storage,
+            "storage_json": self.region,
+        }
+
+
+@pytest.fixture(scope="module")
+def s3_table(s3_server: str) -> Iterator[S3Table]:
+    """A fresh bucket on the run's S3 server (module-scoped, as ``main_run`` is: the
+    function-scoped ``s3_bucket`` cannot serve it); emptied and deleted afterwards."""
+    client = s3_admin_client(s3_server)
+    bucket = f"eventlog-{uuid.uuid4().hex}"
+    client.create_bucket(Bucket=bucket)
+    try:
+        yield S3Table(
+            bucket=bucket,
+            uri=f"s3://{bucket}/table",
+            slots=f"s3://{bucket}/_slots",
+            storage={"endpoint_url": s3_server, "key": ACCESS_KEY, "secret": f"s3cr3t-{uuid.uuid4().hex}"},
+            region={"client_kwargs": {"region_name": REGION}},
+        )
+    finally:
+        _delete_bucket(client, bucket)
+
+
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> Inputs:
     return Inputs(tmp_path_factory.mktemp("tables"))
@@ -110,10 +175,15 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Inputs:
 
 @pytest.fixture(scope="module")
 def main_run(
-    cluster: SparkStandaloneCluster, shipping: Shipping, inputs: Inputs, measurements: Measurements
+    cluster: SparkStandaloneCluster,
+    shipping: Shipping,
+    inputs: Inputs,
+    s3_table: S3Table,
+    measurements: Measurements,
 ) -> dict[str, Any]:
     """One driver (two executors) running every single-driver scenario, in order."""
-    driver = Driver(cluster, shipping, inputs.scenarios(), inputs.root / "driver", app="scenarios")
+    scenarios = [*inputs.scenarios(), ("s3_table", s3_table.scenario_args())]
+    driver = Driver(cluster, shipping, scenarios, inputs.root / "driver", app="scenarios")
     try:
         return driver.finish(DRIVER_TIMEOUT, cluster, measurements)
     finally:
@@ -299,3 +369,64 @@ def test_two_drivers_append_concurrently(
     assert sorted(Table.open(uri).to_arrow().column("id").to_pylist()) == sorted(
         i for a in acked for i in a["ids"]
     )
+
+
+def test_s3_table_from_the_cluster_with_slots_in_the_bucket(
+    cluster: SparkStandaloneCluster,
+    s3_server: str,
+    s3_table: S3Table,
+    main_run: dict[str, Any],
+    measurements: Measurements,
+    deltalake_s3_options: dict[str, str],
+) -> None:
+    deltalake = pytest.importorskip("deltalake")
+    pytest.importorskip("s3fs")  # the executors' Python is this one
+    s3 = scenario_ok(main_run, "s3_table")
+    measurements.drivers.setdefault("scenarios", {})["s3_table_steps"] = s3["steps"]
+
+    # Nobody had an AWS_* variable: tasks on both executors, and the driver.
+    assert s3["driver_aws"] == []
+    assert [p["aws"] for p in s3["executors"]] == [[]] * len(s3["executors"])
+    cwds = {Path(p["cwd"]) for p in s3["executors"]}
+    assert len(cwds) == 2 and all(any(c.is_relative_to(w) for w in cluster.work_dirs) for c in cwds)
+
+    appended = [{"id": i, "part": i % 2, "name": f"a{i}" if i < 10 else f"b{i}"} for i in range(20)]
+    # MERGE of ids 15..24: matched 15 and 18 deleted, 16, 17 and 19 updated, 20..24 inserted.
+    final = appended[:15] + [{"id": i, "part": i % 2, "name": f"m{i}"} for i in (16, 17, 19, *range(20, 25))]
+    assert s3["appended"] == appended
+    assert (s3["merge"]["version"], s3["merge"]["operation"]) == (2, "MERGE")
+    metrics = s3["merge"]["metrics"]
+    counts = [int(metrics[f"numTargetRows{k}"]) for k in ("Deleted", "Updated", "Inserted")]
+    assert counts == [2, 3, 5], metrics
+    assert s3["to_df"] == final
+    assert s3["version0"] == appended[:10]
+
+    # The engine, deltalake and the bucket agree.
+    options = {**s3_table.storage, **s3_table.region}
+    with Table.open(s3_table.uri, slots=s3_table.slots, storage_options=options) as table:
+        assert table.version == 2
+        history = sorted(table.history(), key=lambda h: h["version"])
+        assert [h["operation"] for h in history] == ["WRITE", "WRITE", "MERGE"]
+        assert list(table.snapshot().partition_columns) == ["part"]
+        assert sorted(table.to_arrow().to_pylist(), key=lambda r: r["id"]) == final
+
+    def theirs(**kwargs: Any) -> list[dict[str, Any]]:
+        dt = deltalake.DeltaTable(s3_table.uri, storage_options=deltalake_s3_options, **kwargs)
+        rows = dt.to_pyarrow_dataset().to_table().select(["id", "part", "name"]).to_pylist()
+        return [{"version": dt.version()}, *sorted(rows, key=lambda r: r["id"])]
+
+    assert theirs() == [{"version": 2}, *final]
+    assert theirs(version=1) == [{"version": 1}, *appended]
+
+    client = s3_admin_client(s3_server)
+    keys = [
+        item["Key"]
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=s3_table.bucket)
+        for item in page.get("Contents", [])
+    ]
+    assert [k for k in keys if k.startswith("_slots/")], f"no slot objects in the bucket: {keys}"
+    data_files = [k for k in keys if k.startswith("table/") and k.endswith(".parquet")]
+    assert len(data_files) >= 4  # two tasks per append, more for the MERGE's rewrites
+    for key in keys:  # the options are in no object: not the log, the slots or the data
+        body = client.get_object(Bucket=s3_table.bucket, Key=key)["Body"].read()
+        assert s3_table.storage["secret"].encode() not in body, key
