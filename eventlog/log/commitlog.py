@@ -10,15 +10,17 @@ operations: :class:`eventlog.table.Table` builds those on top.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import os
 import threading
 import time
 import uuid
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, BinaryIO
 from urllib.parse import urlparse
 
 import fsspec
@@ -46,6 +48,7 @@ from lockstore.registry import ENV_VAR, open_slot_store, release_slot_store
 logger = logging.getLogger("eventlog.log.commitlog")
 
 _COMMIT_CACHE_SIZE = 512
+PREFETCH_COMMITS = 16  # commit files read ahead, concurrently, on object stores
 _FIRST_READ = 1 << 16
 # For slot stores that cannot tell whether a writer lives: how old a claim with a lost
 # staged file must be before it is repaired.
@@ -448,15 +451,18 @@ class CommitLog:
         decoder = BulkDecoder(partition_columns)
         cached_parts: list[FileActions] = []
         cached_events: list[Commit] = []
+        to_read: list[int] = []
+        for version in range(first, last + 1):
+            with self._lock:
+                cached = self._commits.get(version)
+            if cached is None:
+                to_read.append(version)
+            else:
+                cached_events.append(cached)
+                cached_parts.append(cached.file_actions)
         try:
-            for version in range(first, last + 1):
-                with self._lock:
-                    cached = self._commits.get(version)
-                if cached is not None:
-                    cached_events.append(cached)
-                    cached_parts.append(cached.file_actions)
-                    continue
-                decoder.commit(version, self._chunks(version, note_digest=version == last))
+            for version, f in self._opened(to_read):
+                decoder.commit(version, self._chunks(version, f, note_digest=version == last))
             headers, files = decoder.finish()
         except DECODE_ERRORS as exc:
             if isinstance(exc, CorruptLogError):
@@ -468,8 +474,30 @@ class CommitLog:
         events.sort(key=lambda e: e.version)
         return events, FileActions.concat([files, *cached_parts])
 
-    def _chunks(self, version: int, *, note_digest: bool) -> Iterator[bytes]:
-        f = self.log.open_commit(version)
+    def _opened(self, versions: Sequence[int]) -> Iterator[tuple[int, BinaryIO | None]]:
+        """Each version with its commit file opened (:meth:`LogStore.open_commit`; None when
+        it is missing), in order. On object stores an open is a GET of the file's start, so
+        up to ``PREFETCH_COMMITS`` are fetched ahead, concurrently: reading a log of many
+        small commits is then not one round trip after the other."""
+        if self.log.is_local or len(versions) < 2:
+            for version in versions:
+                yield version, self.log.open_commit(version)
+            return
+        upcoming = iter(versions)
+        pool = ThreadPoolExecutor(max_workers=min(PREFETCH_COMMITS, len(versions)))
+        try:
+            ahead = itertools.islice(upcoming, PREFETCH_COMMITS)
+            pending = deque((v, pool.submit(self.log.open_commit, v)) for v in ahead)
+            while pending:
+                version, future = pending.popleft()
+                following = next(upcoming, None)
+                if following is not None:
+                    pending.append((following, pool.submit(self.log.open_commit, following)))
+                yield version, future.result()
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _chunks(self, version: int, f: BinaryIO | None, *, note_digest: bool) -> Iterator[bytes]:
         if f is None:
             raise self._gap(version)
         with f:
