@@ -21,6 +21,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 
@@ -322,3 +324,40 @@ def test_spark_option_parsing_and_the_location_value() -> None:
     assert storage_spark_options(TableLocation.of("/tmp/t")) == {}
     with pytest.raises(InvalidTextError):
         TableLocation.of("", {})
+
+
+_NAMES = st.text(
+    alphabet=st.characters(codec="ascii", categories=["Ll", "Nd"], include_characters="_"), min_size=1
+)
+_TEXT = st.text(max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    flat=st.dictionaries(_NAMES, _TEXT, max_size=5),
+    document=st.one_of(st.none(), _TEXT, st.dictionaries(_NAMES, _TEXT, max_size=3).map(json.dumps)),
+)
+def test_any_storage_option_text_parses_or_names_the_option(
+    flat: dict[str, str], document: str | None
+) -> None:
+    """User text: every storage.<name> value arrives as its string (or a boolean for
+    true/false), and any storageOptions text is a JSON object of options or an
+    InvalidTextError naming the option, never another exception."""
+    options: dict[str, str] = {f"storage.{k}": v for k, v in flat.items()}
+    if document is not None:
+        options["storageOptions"] = document
+    try:
+        parsed = storage_options(options)
+    except InvalidTextError as exc:
+        assert exc.argument in {"storageOptions", *options}
+        assert document is not None or exc.argument.startswith("storage.")
+        return
+    for name, value in flat.items():
+        if value.strip().lower() in ("true", "false"):
+            assert parsed[name] is (value.strip().lower() == "true")
+        else:
+            assert parsed[name] == value
+    if document is not None and document.strip():
+        nested = json.loads(document)
+        assert isinstance(nested, dict) and {k: parsed[k] for k in nested} == nested
+        assert not set(nested) & set(flat)
