@@ -777,27 +777,37 @@ def test_shared_in_memory_store_keeps_leases_when_a_table_closes_it() -> None:
     assert shared.lease_owner(name) is None
 
 
-def test_in_memory_lease_inherited_through_fork_is_dead_in_the_child() -> None:
-    store = InMemorySlotStore()
-    lease = store.acquire_lease(CHECKPOINT, _query_owner())
+def report_from_forked_child(body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Fork; run ``body`` in the child and return what it reported (JSON through a pipe)."""
     read, write = os.pipe()
-    pid = os.fork()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
+        pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
         try:
-            report = {"held": lease.held, "owner": store.lease_owner(CHECKPOINT) is not None}
-            lease.release()  # a no-op in the child
-            child = store.acquire_lease(CHECKPOINT, _query_owner("child"))
-            report["acquired"] = child.held
-            os.write(write, json.dumps(report).encode())
+            os.write(write, json.dumps(body()).encode())
         finally:
             os._exit(0)
     os.close(write)
     try:
-        report = json.loads(os.read(read, 4096))
+        report: dict[str, Any] = json.loads(os.read(read, 4096))
     finally:
         os.close(read)
         os.waitpid(pid, 0)
-    assert report == {"held": False, "owner": False, "acquired": True}
+    return report
+
+
+def test_in_memory_lease_inherited_through_fork_is_dead_in_the_child() -> None:
+    store = InMemorySlotStore()
+    lease = store.acquire_lease(CHECKPOINT, _query_owner())
+
+    def in_child() -> dict[str, Any]:
+        report = {"held": lease.held, "owner": store.lease_owner(CHECKPOINT) is not None}
+        lease.release()  # a no-op in the child
+        report["acquired"] = store.acquire_lease(CHECKPOINT, _query_owner("child")).held
+        return report
+
+    assert report_from_forked_child(in_child) == {"held": False, "owner": False, "acquired": True}
     assert lease.held and store.lease_owner(CHECKPOINT) == lease.owner  # the parent's is intact
     lease.release()
 

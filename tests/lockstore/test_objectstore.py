@@ -14,7 +14,6 @@ import signal
 import threading
 import time
 import uuid
-import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,7 +36,15 @@ from lockstore import (
 from lockstore.base import lease_node_name
 from lockstore.localfs import table_dir_name
 from lockstore.registry import UnknownSlotStoreError, open_slot_store, release_slot_store
-from tests.lockstore.test_contract import CHECKPOINT, TABLE, _claim, _Holder, _query_owner, race_processes
+from tests.lockstore.test_contract import (
+    CHECKPOINT,
+    TABLE,
+    _claim,
+    _Holder,
+    _query_owner,
+    race_processes,
+    report_from_forked_child,
+)
 
 s3fs = pytest.importorskip("s3fs")
 
@@ -386,24 +393,13 @@ def test_a_sigkilled_holder_keeps_the_lease_until_its_ttl_passes(
 def test_lease_in_a_forked_child_is_not_held(memfs: CountingMemoryFS, root: str) -> None:
     store = ObjectStoreSlotStore(memfs, root)
     lease = store.acquire_lease(CHECKPOINT, _query_owner())
-    read, write = os.pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
-        pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through the pipe
-        try:
-            report = {"held": lease.held}
-            lease.release()  # a no-op in the child: the lease is the parent's
-            os.write(write, json.dumps(report).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    try:
-        report = json.loads(os.read(read, 4096))
-    finally:
-        os.close(read)
-        os.waitpid(pid, 0)
-    assert report == {"held": False}
+
+    def in_child() -> dict[str, Any]:
+        report = {"held": lease.held}
+        lease.release()  # a no-op in the child: the lease is the parent's
+        return report
+
+    assert report_from_forked_child(in_child) == {"held": False}
     assert lease.held and store.lease_owner(CHECKPOINT) == lease.owner
     lease.release()
 
