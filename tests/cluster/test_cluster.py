@@ -31,7 +31,7 @@ from eventlog.log.commit import member_txn_ids
 from eventlog.log.storage import LogStore
 from streaming.sink import STREAMING_FIELD, STREAMING_OPERATION
 from tests.cluster.conftest import Driver, Measurements, Shipping, scenario_ok
-from tests.support.fixtures import _delete_bucket, s3_admin_client
+from tests.support.fixtures import delete_bucket, s3_admin_client
 from tests.support.invariants import check_invariants
 from tests.support.s3server import ACCESS_KEY, REGION
 from tests.support.sparkcluster import REPO_ROOT, SparkStandaloneCluster
@@ -165,7 +165,7 @@ def s3_table(s3_server: str) -> Iterator[S3Table]:
             region={"client_kwargs": {"region_name": REGION}},
         )
     finally:
-        _delete_bucket(client, bucket)
+        delete_bucket(client, bucket)
 
 
 @pytest.fixture(scope="module")

@@ -334,7 +334,7 @@ def s3_admin_client(endpoint: str) -> Any:
     return client
 
 
-def _delete_bucket(client: Any, bucket: str) -> None:
+def delete_bucket(client: Any, bucket: str) -> None:
     """Delete every object and unfinished multipart upload of ``bucket``, then the bucket."""
     from botocore.exceptions import ClientError  # type: ignore[import-untyped]
 
@@ -360,7 +360,7 @@ def s3_bucket(s3_server: str, s3_fake_aws_env: None) -> Iterator[str]:
     try:
         yield bucket
     finally:
-        _delete_bucket(client, bucket)
+        delete_bucket(client, bucket)
 
 
 @pytest.fixture
