@@ -104,6 +104,20 @@ def kill_all() -> None:
             proc.wait(timeout=5)
 
 
+def reap(proc: subprocess.Popen[bytes] | None, timeout: float) -> bool:
+    """Wait up to ``timeout`` s for ``proc`` to exit and stop tracking it; True if it has
+    exited (or there is none). No killpg after the wait: once reaped, the pid (the group
+    id) may be reused by another process."""
+    if proc is None:
+        return True
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    untrack(proc.pid)
+    return True
+
+
 class Managed(ABC):
     """Context-manager and close() behaviour shared by the test servers."""
 

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Self
 
-from tests.support.processes import Managed, killpg, launch, log_tail, pid_alive, untrack
+from tests.support.processes import Managed, killpg, launch, log_tail, pid_alive, reap
 
 __all__ = [
     "ACCESS_KEY",
@@ -279,16 +279,7 @@ class MotoS3Server(Managed):
 
     def _reap(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for the server to exit; True if it has (or there is none)."""
-        proc = self._proc
-        if proc is None:
-            return True
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return False
-        # No killpg after the wait: once reaped, the pid (= group id) may be reused by others.
-        untrack(proc.pid)
-        return True
+        return reap(self._proc, timeout)
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if the server has not exited after ``stop_timeout`` seconds."""

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
-from tests.support.processes import Managed, kill_all, killpg, launch, log_tail, pid_alive, untrack
+from tests.support.processes import Managed, kill_all, killpg, launch, log_tail, pid_alive, reap
 
 __all__ = [
     "HOSTS_ENV",
@@ -453,15 +453,8 @@ class ZooKeeperServer(Managed):
 
     def _reap(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for the JVM to exit; True if it has (or there is none)."""
-        proc = self._proc
-        if proc is None:
-            return True
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        if not reap(self._proc, timeout):
             return False
-        # No killpg after the wait: once reaped, the pid (= group id) may be reused by others.
-        untrack(proc.pid)
         with contextlib.suppress(OSError):
             (self.dir / "zookeeper.pid").unlink()
         return True
