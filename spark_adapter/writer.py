@@ -283,7 +283,7 @@ class EventlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
             txn.append_files(adds, schema=merged, num_rows=rows)
         result = txn.commit()
         if plan.read_version < 0:
-            txn.table.slots.bind(txn.table.key, txn.metadata.id)
+            txn.table.bind_slots(txn.metadata.id)
         log.info(
             "committed %s of %d files, %d rows to %s as version %d (%d attempts)",
             "overwrite" if plan.overwrite else "append",

@@ -457,7 +457,7 @@ def _commit(
             table=exc.table,
         ) from exc
     if not exists or txn.read_version < 0:
-        table.slots.bind(table.key, txn.metadata.id)
+        table.bind_slots(txn.metadata.id)
     metrics.observe_streaming_batch("committed")
     log.info(
         "batch %d of query %s (run %s): %d files, %d rows committed to %s as version %d",
