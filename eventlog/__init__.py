@@ -8,6 +8,7 @@ t.delete("date < '2010-01-01'")
 
 from eventlog.errors import (
     CommitFailedError,
+    CommitLostError,
     CommitStateUnknownError,
     ConcurrentAppendException,
     ConcurrentDeleteDeleteException,
@@ -48,6 +49,7 @@ __all__ = [
     "ConcurrentDeleteReadException",
     "ConcurrentTransactionException",
     "ConcurrentWriteException",
+    "CommitLostError",
     "CorruptLogError",
     "DeltaConcurrentModificationException",
     "EventlogError",

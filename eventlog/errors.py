@@ -62,6 +62,7 @@ class EventlogError(Exception):
     reason: str
     position: int | None
     differences: list[str]
+    anchored_digest: str | None
 
     def __init__(self, message: str, **fields: Any) -> None:
         super().__init__(message)
@@ -110,6 +111,24 @@ class CorruptLogError(EventlogError):
 
     def __init__(self, message: str, *, uri: str, version: int | None, line: int | None = None) -> None:
         super().__init__(message, uri=uri, version=version, line=line)
+
+
+class CommitLostError(CorruptLogError):
+    """An acknowledged commit is gone from the log: its version slot was completed (or a
+    later version was published after it), but neither ``<version>.json`` nor its staged
+    file exists. It was removed from outside (by hand, a lifecycle rule, a lost object).
+
+    Nothing resolves it automatically: restore the file from a backup, or accept the loss
+    explicitly (``eventlog slots repair --accept-lost VERSION``), which ``verify`` then
+    reports as ``lost``. Fields: ``uri``, ``version``, ``txn_id`` (the lost transaction)
+    and ``anchored_digest`` (the content hash the slot store recorded for it, or None)."""
+
+    def __init__(
+        self, message: str, *, uri: str, version: int, txn_id: str, anchored_digest: str | None
+    ) -> None:
+        EventlogError.__init__(
+            self, message, uri=uri, version=version, line=None, txn_id=txn_id, anchored_digest=anchored_digest
+        )
 
 
 class ReplayMismatchError(CorruptLogError):

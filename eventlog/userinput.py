@@ -57,7 +57,7 @@ MAX_PATH_COMPONENT_BYTES = 255
 
 MAX_LOCAL_PATH_BYTES = 3072
 """Longest local table directory: PATH_MAX is 4096 bytes, and files nest a few levels below
-the table (``_delta_log/_staged_commits/...``, partition directories)."""
+the table (``_eventlog/staged/...``, partition directories)."""
 
 MAX_PARTITION_COLUMN_BYTES = 128
 """Longest partition column name, in bytes once escaped for a directory name: the

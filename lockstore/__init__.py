@@ -17,6 +17,7 @@ from lockstore.base import (
     default_owner,
     lease_owner_here,
 )
+from lockstore.embedded import EmbeddedSlotStore
 from lockstore.localfs import LocalFileSlotStore
 from lockstore.memory import InMemorySlotStore
 from lockstore.objectstore import ObjectStoreSlotStore
@@ -36,5 +37,6 @@ __all__ = [
     "lease_owner_here",
     "InMemorySlotStore",
     "LocalFileSlotStore",
+    "EmbeddedSlotStore",
     "ObjectStoreSlotStore",
 ]

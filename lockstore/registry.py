@@ -1,7 +1,8 @@
 """Open a slot store from a URI-like spec (``slots=`` argument or ``EVENTLOG_SLOTS``).
 
 * ``memory://``                     the process-wide :class:`InMemorySlotStore`
-* ``file:///dir`` or ``/dir``       a :class:`LocalFileSlotStore` rooted at ``dir``
+* ``file:///dir`` or ``/dir``       a :class:`LocalFileSlotStore` rooted at ``dir`` (a table's
+  own ``<table>/_eventlog/slots`` opens as its :class:`~lockstore.embedded.EmbeddedSlotStore`)
 * ``zk://host:port[,host:port]/chroot``  the ZooKeeper adapter (``lockstore.zookeeper``),
   loaded by name only when asked for, so nothing imports kazoo unless it is used.
 * ``s3://bucket/prefix`` (or ``s3a://``)  an :class:`~lockstore.objectstore.ObjectStoreSlotStore`
@@ -43,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlparse
 
 from lockstore.base import LockstoreError, SlotStore
+from lockstore.embedded import EmbeddedSlotStore, is_embedded_root
 from lockstore.localfs import LocalFileSlotStore
 from lockstore.memory import InMemorySlotStore
 
@@ -201,18 +203,24 @@ def _open_object_store(
     return ObjectStoreSlotStore(filesystem, root, **tuning)
 
 
+def _local(path: str) -> LocalFileSlotStore:
+    """A local-file store; a table's own ``<table>/_eventlog/slots`` named explicitly is
+    that table's embedded store (one table, whatever its key: :mod:`lockstore.embedded`)."""
+    return EmbeddedSlotStore(path) if is_embedded_root(path) else LocalFileSlotStore(path)
+
+
 def _open(
     spec: str,
     storage_options: Mapping[str, Any] | None = None,
     filesystem: fsspec.AbstractFileSystem | None = None,
 ) -> SlotStore:
     if spec.startswith("/"):
-        return LocalFileSlotStore(spec)
+        return _local(spec)
     parsed = urlparse(spec)
     if parsed.scheme == "memory":
         return InMemorySlotStore.shared()
     if parsed.scheme == "file":
-        return LocalFileSlotStore(parsed.path)
+        return _local(parsed.path)
     if parsed.scheme in _OBJECT_STORE_SCHEMES:
         return _open_object_store(spec, storage_options, filesystem)
     target = _ADAPTERS.get(parsed.scheme)

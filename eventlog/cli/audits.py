@@ -49,6 +49,7 @@ VERIFY_KEYS = (
     "versions_checked",
     "anchors_checked",
     "hmac_checked",
+    "unanchored",
     "notes",
 )
 
@@ -146,18 +147,42 @@ def verify(
             show_default=False,
         ),
     ] = None,
+    accept_lost: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--accept-lost",
+            metavar="VERSION",
+            min=0,
+            help="Accept the recorded loss of the acknowledged commit at VERSION (repeatable): "
+            "noted instead of failing.",
+            show_default=False,
+        ),
+    ] = None,
+    require_anchors: Annotated[
+        bool,
+        typer.Option("--require-anchors", help="Fail when chained commits have no anchor in the slot store."),
+    ] = False,
 ) -> int:
     """Check the commits' hash chain, the slot anchors and (with a key) the HMACs.
 
-    Exits 1, naming the first bad version, when the log was tampered with.
+    Exits 1, naming the first bad version, when the log was tampered with or an
+    acknowledged commit was lost. Warns (on stderr) when commits have no slot anchor.
     """
     key = audit_key(key_env)
     # A handle reads nothing yet: a removed commit must reach verify, not fail opening.
     with settings.handle(uri) as t:
         with progress("Verifying") as bar:
-            report = t.verify(key=key, progress=bar)
+            report = t.verify(
+                key=key, progress=bar, accept_lost=accept_lost or (), require_anchors=require_anchors
+            )
         data = verify_json(t.uri, report)
     emit(settings, data, _render_verify)
+    if report.unanchored and report.problem != "unanchored":
+        sys.stderr.write(
+            f"eventlog: warning: {report.unanchored} chained commit(s) have no anchor in the slot store; "
+            "edits that recompute the hash chain cannot be detected (see the notes; --require-anchors "
+            "makes this a failure)\n"
+        )
     if not data["ok"]:
         sys.stderr.write(f"eventlog: verify failed: {failure(data)}\n")
         return 1

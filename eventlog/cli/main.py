@@ -5,12 +5,12 @@
     eventlog describe TABLE
     eventlog diff TABLE A [B] [--rows]
     eventlog replay TABLE [--to N]
-    eventlog verify TABLE [--key-env VAR]
+    eventlog verify TABLE [--key-env VAR] [--accept-lost N]... [--require-anchors]
     eventlog vacuum TABLE [--dry-run] [--retention-hours H]
     eventlog optimize TABLE [--where SQL] [--zorder-by COLS]
     eventlog restore TABLE N
     eventlog slots status TABLE [--limit N]
-    eventlog slots repair TABLE [--dry-run] [--limit N]
+    eventlog slots repair TABLE [--dry-run] [--limit N] [--accept-lost N]...
 
 Global options, before or after the subcommand: ``--slots SPEC`` (the slot store; default
 ``$EVENTLOG_SLOTS``, else the table's embedded store), ``--storage-option KEY=VALUE``
@@ -56,11 +56,13 @@ decimals as strings, binary as base64 and non-finite floats as "NaN"/"Infinity".
   a file has no statistics), ``rows_deleted_by_dv, data_change, metadata_changed,
   protocol_changed``.
 * ``verify``: ``{"table", "ok", "first_bad_version", "problem" (edited, removed,
-  inserted, reordered, truncated, anchor; or null), "detail" (what was found, or null),
-  "checked_from", "chained_from", "versions_checked", "anchors_checked", "hmac_checked",
-  "notes"}``; exit code 1 when ``ok`` is false, with ``eventlog: verify failed: version N
-  <problem> (<detail>)`` on stderr. ``--key-env VAR`` names the variable holding the
-  HMAC key (default ``EVENTLOG_AUDIT_KEY``; a named variable must be set).
+  inserted, reordered, truncated, lost, unanchored; or null), "detail" (what was found, or
+  null), "checked_from", "chained_from", "versions_checked", "anchors_checked",
+  "hmac_checked", "unanchored", "notes"}``; exit code 1 when ``ok`` is false, with
+  ``eventlog: verify failed: version N <problem> (<detail>)`` on stderr, and a warning on
+  stderr when chained commits have no slot anchor. ``--key-env VAR`` names the variable
+  holding the HMAC key (default ``EVENTLOG_AUDIT_KEY``; a named variable must be set);
+  ``--accept-lost N`` accepts a recorded loss; ``--require-anchors`` fails unanchored commits.
 * ``vacuum``: ``{"table", "dry_run", "retention_hours", "files", "num_files"}``: the files
   deleted (or, with ``--dry-run``, that would be).
 * ``optimize``: ``{"table", "version", "operation", "metrics", "txn_id", "where",
@@ -69,7 +71,9 @@ decimals as strings, binary as base64 and non-finite floats as "NaN"/"Infinity".
 * ``slots status``: ``{"table" (the slot key), "latest", "incomplete": [{"version",
   "txn_id", "owner", "staged", "age_seconds", "owner_alive"}], "sessions"}``.
 * ``slots repair``: ``{"table" (the slot key), "dry_run", "actions": [{"version",
-  "txn_id", "action"}]}``; see :meth:`eventlog.table.Table.repair_slots`.
+  "txn_id", "action"}]}``; see :meth:`eventlog.table.Table.repair_slots`. An action is
+  ``mark-complete``, ``publish-staged``, ``repair-commit``, ``accept-lost``, ``skip: ...``
+  or ``lost: ...`` (an acknowledged commit is gone: restore it or pass ``--accept-lost N``).
 """
 
 from __future__ import annotations

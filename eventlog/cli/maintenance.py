@@ -147,10 +147,25 @@ def slots_repair(
     uri: TableArg,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what it would do; change nothing.")] = False,
     limit: SlotLimit = 100,
+    accept_lost: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--accept-lost",
+            metavar="VERSION",
+            min=0,
+            help="Accept the loss of the acknowledged commit at VERSION (repeatable): write a REPAIR "
+            "commit that records it; verify reports it as lost from then on.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Finish or resolve incomplete slots; what it does lands in the commit log."""
+    """Finish or resolve slots without their commit; what it does lands in the commit log.
+
+    An acknowledged commit that is gone from the log is reported as lost and left alone,
+    unless its version is given with --accept-lost.
+    """
     with settings.handle(uri) as t:
-        actions = t.repair_slots(dry_run=dry_run, limit=limit)
+        actions = t.repair_slots(dry_run=dry_run, limit=limit, accept_lost=accept_lost or ())
         data = {"table": t.key, "dry_run": dry_run, "actions": actions}
     emit(settings, data, _render_repair)
 

@@ -2,9 +2,10 @@
 
 A :class:`CommitLog` reads and caches commits (decoded once, shared by conflict checks and
 snapshot folds), finds the latest version (finishing claimed-but-unpublished slots from
-their staged commits, so readers never see a gap), publishes claimed versions, and
-repairs slots whose commit was provably lost. It knows nothing of snapshots or
-operations: :class:`eventlog.table.Table` builds those on top.
+their staged commits, so readers never see a gap), and publishes claimed versions. What a
+slot without its commit means, and who may resolve it, is :mod:`eventlog.log.recovery`'s.
+It knows nothing of snapshots or operations: :class:`eventlog.table.Table` builds those on
+top.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import logging
 import os
 import threading
 import time
-import uuid
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
@@ -24,16 +24,17 @@ from typing import Any, BinaryIO
 from urllib.parse import urlparse
 
 import fsspec
-import orjson
 
 from eventlog.errors import CorruptLogError, SlotStoreError, SlotStoreRequiredError
-from eventlog.log.actions import ENGINE_INFO, ActionDecodeError, CommitInfo
-from eventlog.log.audit import chain_commit, digest
+from eventlog.log.actions import ActionDecodeError
+from eventlog.log.audit import digest
 from eventlog.log.bulk import CHUNK_BYTES, DECODE_ERRORS, BulkDecoder, CommitHeader, decode_per_line
 from eventlog.log.commit import Commit, decode
 from eventlog.log.filetable import FileActions
-from eventlog.log.storage import LogStore
+from eventlog.log.recovery import SlotRecovery
+from eventlog.log.storage import EVENTLOG_DIR, LogStore
 from lockstore import (
+    EmbeddedSlotStore,
     InMemorySlotStore,
     Lease,
     LeaseOwner,
@@ -50,11 +51,7 @@ logger = logging.getLogger("eventlog.log.commitlog")
 _COMMIT_CACHE_SIZE = 512
 PREFETCH_COMMITS = 16  # commit files read ahead, concurrently, on object stores
 _FIRST_READ = 1 << 16
-# For slot stores that cannot tell whether a writer lives: how old a claim with a lost
-# staged file must be before it is repaired.
-REPAIR_GRACE_SECONDS = 300.0
 PUBLISH_GRACE_SECONDS = 0.02
-RECOVERY_MARK_AGE = 0.25  # a live owner publishes within milliseconds of its claim
 SlotsSpec = SlotStore | str | None
 
 
@@ -105,7 +102,7 @@ def resolve_slots(spec: SlotsSpec, log: LogStore) -> SlotStore:
             raise
         return store
     if log.is_local:
-        return LocalFileSlotStore(os.path.join(log.root, "_eventlog", "slots"))
+        return EmbeddedSlotStore(os.path.join(log.root, EVENTLOG_DIR, "slots"))
     if _is_memory(log):
         return InMemorySlotStore.shared()
     # Any other file system is reached from other machines too: no store made here could
@@ -191,6 +188,14 @@ class CommitLog:
         self._lock = threading.RLock()
         self._release: Callable[[], object] | None = None
         self._bound: str | None = None  # the table id this handle bound its slots to
+        self.recovery = SlotRecovery(
+            log,
+            slots,
+            self.key,
+            prev_digest=self.commit_digest,
+            note_digest=self._note_digest,
+            audit_key=lambda: self.audit_key,
+        )
 
     def bind_once(self, table_id: str) -> None:
         """Bind the slots to ``table_id`` (:meth:`lockstore.SlotStore.bind`), once per handle.
@@ -256,33 +261,41 @@ class CommitLog:
                 self._digests.popitem(last=False)
         return value
 
-    def latest_version(self, claimed: int | None = None, *, probe_log: bool = True) -> int:
+    def latest_version(
+        self, claimed: int | None = None, *, probe_log: bool = True, repair: bool = False
+    ) -> int:
         """Latest version: finishes claimed-but-unpublished slots, then probes the log.
 
         ``claimed``: the slot store's latest version if the caller just read it (saves a
         round trip). ``probe_log=False``: skip probing for commits written without a slot,
         for a caller that has just listed the log (a LIST is strongly consistent on S3 too,
-        so the probe would only cost a request). Raises :class:`SlotStoreError` when the
-        slot store cannot be reached.
+        so the probe would only cost a request). ``repair``: the caller is a writer about
+        to claim the next version, and resolves a never-completed claim whose writer is
+        gone with a REPAIR commit; readers leave it unresolved and see the version before
+        it (:mod:`eventlog.log.recovery`). Raises :class:`SlotStoreError` when the slot
+        store cannot be reached, and :class:`~eventlog.errors.CommitLostError` when an
+        acknowledged commit is missing.
         """
         try:
-            return self._latest_version(claimed, probe_log)
+            return self._latest_version(claimed, probe_log, repair)
         except SlotStoreUnavailableError as exc:
             raise SlotStoreError(
                 f"{self.uri}: the version-slot store is unreachable: {exc}", uri=self.uri
             ) from exc
 
-    def _latest_version(self, claimed: int | None, probe_log: bool = True) -> int:
+    def _latest_version(self, claimed: int | None, probe_log: bool, repair: bool) -> int:
         if claimed is None:
             claimed = self.slots.latest(self.key)
         with self._lock:
             published = self._published
+        visible = claimed
         for version in range(published + 1, claimed + 1):
-            if not self.log.commit_exists(version) and not (
-                version == claimed and self._published_soon(version)
-            ):
-                self._recover(version, hot=True)
-        latest = max(claimed, published)
+            if self.log.commit_exists(version) or (version == claimed and self._published_soon(version)):
+                continue
+            if not self.recovery.resolve(version, claimed=claimed, hot=True, repair=repair):
+                visible = version - 1  # a claim never completed: nothing after it is published
+                break
+        latest = max(visible, published)
         # Commits written without a slot (another Delta writer, run sequentially).
         while probe_log and self.log.commit_exists(latest + 1):
             latest += 1
@@ -306,103 +319,12 @@ class CommitLog:
             pause = min(pause * 2, 0.005)
         return False
 
-    def _recover(self, version: int, *, hot: bool = False) -> None:
-        """Publish a claimed version whose writer has not (yet) done so, from its staged file.
-
-        ``hot``: found by a reader. A fresh claim's owner is usually publishing it this very
-        moment (group commit wakes its members on the claim), so the reader publishes but
-        leaves the completion mark (a slot-store write) to a live owner whose claim is
-        younger than ``RECOVERY_MARK_AGE`` seconds. Stores that cannot tell whether the
-        owner lives get the mark at once.
-        """
-        record = self.slots.get(self.key, version)
-        if record is None:
-            raise CorruptLogError(
-                f"{self.uri}: slot store reports version {version} claimed but holds no claim",
-                uri=self.uri,
-                version=version,
-            )
-        data = self.log.read_staged(record.claim.staged)
-        if data is None:
-            if self.log.commit_exists(version):
-                return
-            data = self._repair_commit(version, record)
-        published = self.log.publish(version, record.claim.staged, data)
-        if published:
-            self._note_digest(version, data)
-        fresh_live_owner = hot and (
-            not published
-            or (record.age < RECOVERY_MARK_AGE and self.slots.owner_alive(self.key, version) is True)
-        )
-        if not fresh_live_owner:
-            self.slots.mark_complete(self.key, version)
-
-    def repair_slots(self, *, dry_run: bool = False, limit: int = 100) -> list[dict[str, Any]]:
-        """Finish or resolve incomplete slots among the newest ``limit``; report each action.
-
-        Safe by construction: a slot whose commit is published is only marked complete; a
-        slot with a staged file is published from it (the commit its writer decided on); a
-        slot with neither is resolved with a REPAIR commit only when its writer is provably
-        gone (see :meth:`_repair_commit`). Slots of live writers are left alone.
-        """
-        actions: list[dict[str, Any]] = []
-        for record in self.slots.recent(self.key, limit=limit, incomplete_only=True):
-            version = record.version
-            entry: dict[str, Any] = {"version": version, "txn_id": record.claim.txn_id}
-            if self.log.commit_exists(version):
-                entry["action"] = "mark-complete"
-                if not dry_run:
-                    self.slots.mark_complete(self.key, version)
-            elif self.log.read_staged(record.claim.staged) is not None:
-                entry["action"] = "publish-staged"
-                if not dry_run:
-                    self._recover(version)
-            elif self.slots.owner_alive(self.key, version) is False or (
-                self.slots.owner_alive(self.key, version) is None and record.age >= REPAIR_GRACE_SECONDS
-            ):
-                entry["action"] = "repair-commit"
-                if not dry_run:
-                    self._recover(version)
-            else:
-                entry["action"] = "skip: writer may be alive"
-            actions.append(entry)
-        return actions
-
-    def _repair_commit(self, version: int, record: SlotRecord) -> bytes:
-        """The commit that resolves a claimed slot whose commit is provably lost.
-
-        The staged file is written before the claim and deleted only after publishing, so
-        a claimed slot with neither file was damaged from outside. Once its writer is
-        provably gone (its ZooKeeper session expired, or, for stores that cannot tell,
-        the claim is older than the grace period) the slot is resolved with an empty
-        REPAIR commit, so the table moves on and the log records what happened.
-        """
-        alive = self.slots.owner_alive(self.key, version)
-        if alive or (alive is None and record.age < REPAIR_GRACE_SECONDS):
-            raise CorruptLogError(
-                f"{self.uri}: version {version} was claimed by txn {record.claim.txn_id} "
-                f"({dict(record.claim.owner)}, {record.age:.0f}s ago) but neither {version}.json nor its "
-                f"staged file {record.claim.staged} exists, and its writer may still be alive; "
-                "retry later (it is repaired once the writer is provably gone)",
-                uri=self.uri,
-                version=version,
-            )
-        logger.warning("repairing lost slot %s of %s (txn %s)", version, self.uri, record.claim.txn_id)
-        info = CommitInfo(
-            timestamp=int(time.time() * 1000),
-            operation="REPAIR",
-            operation_parameters={
-                "version": str(version),
-                "lostTxnId": record.claim.txn_id,
-                "owner": orjson.dumps(dict(record.claim.owner)).decode(),
-                "reason": "claimed slot whose staged commit file is gone",
-            },
-            isolation_level="SnapshotIsolation",
-            is_blind_append=False,
-            txn_id=str(uuid.uuid4()),
-            engine_info=ENGINE_INFO,
-        )
-        return chain_commit([info], self.commit_digest(version - 1), self.audit_key)
+    def repair_slots(
+        self, *, dry_run: bool = False, limit: int = 100, accept_lost: Sequence[int] = ()
+    ) -> list[dict[str, Any]]:
+        """Finish or resolve the newest ``limit`` slots whose commit is not in the log
+        (:meth:`eventlog.log.recovery.SlotRecovery.repair`)."""
+        return self.recovery.repair(dry_run=dry_run, limit=limit, accept_lost=frozenset(accept_lost))
 
     def publish_claimed(self, version: int, staged_name: str, data: bytes, txn_id: str) -> bool:
         """Make a version this process claimed visible (idempotent with recovery).

@@ -4,9 +4,13 @@ Commit files are immutable once published, and a published ``<N>.json`` always a
 with its full content: on local disks it is hard-linked from the fully written staged
 file (``os.link`` is atomic and fails if the target exists, so it is also a
 put-if-absent); on object stores a single PUT is atomic; the in-memory filesystem is
-guarded by a process-wide lock. Staged commits live in ``_delta_log/_staged_commits/``,
-which Delta readers ignore (it is the directory Delta's coordinated commits use for the
-same purpose).
+guarded by a process-wide lock.
+
+Staged commits live in the table's own area, ``<table>/_eventlog/staged/``, never under
+``_delta_log/``: that directory holds only the files the Delta protocol defines, and its
+``_staged_commits/`` is Delta's (catalog-managed commits, whose names Delta Spark's log
+cleanup parses and deletes). Tables staged there by earlier releases keep working: a staged
+file not found in the new place is read (and published, and deleted) from the old one.
 
 **Requests on object stores.** Every method here costs as few requests as S3 allows, and
 never relies on what S3 lacks (rename, directories); LIST is strongly consistent:
@@ -44,7 +48,12 @@ from eventlog.errors import InvalidInputError
 from eventlog.userinput import check_local_path, check_storage_options, check_uri
 
 LOG_DIR = "_delta_log"
-STAGED_DIR = "_staged_commits"
+#: The table's own area (slots of the embedded store, staged commits, Spark staging).
+EVENTLOG_DIR = "_eventlog"
+#: Staged commits, relative to the table root.
+STAGED_DIR = f"{EVENTLOG_DIR}/staged"
+#: Where releases before 0.2 staged commits (Delta's reserved directory): read, never written.
+LEGACY_STAGED_DIR = f"{LOG_DIR}/_staged_commits"
 _MEMORY_LOCK = threading.Lock()
 #: How much of a commit file one probing GET fetches (commitlog reads 64 KiB first too).
 PROBE_BYTES = 1 << 16
@@ -164,7 +173,9 @@ class LogStore:
         self.fs, self.root, self.uri = normalize_uri(uri, storage_options, filesystem)
         self.is_local = isinstance(self.fs, LocalFileSystem)
         self.log_dir = f"{self.root}/{LOG_DIR}"
-        self.staged_dir = f"{self.log_dir}/{STAGED_DIR}"
+        self.staged_dir = f"{self.root}/{STAGED_DIR}"
+        self.legacy_staged_dir = f"{self.root}/{LEGACY_STAGED_DIR}"
+        self._legacy_staged: set[str] = set()  # names found only in the legacy directory
         self._made_dirs = not self.is_local and flat_namespace(self.fs)  # none to make
         self._whole = {} if self.is_local else whole_file_options(self.fs)
         self._probed: OrderedDict[int, bytes] = OrderedDict()  # small commits a probe fetched
@@ -209,6 +220,9 @@ class LogStore:
         return f"{self.log_dir}/{commit_file_name(version)}"
 
     def staged_path(self, name: str) -> str:
+        """Where staged commit ``name`` is: the legacy directory for a name read from there."""
+        if name in self._legacy_staged:
+            return f"{self.legacy_staged_dir}/{name}"
         return f"{self.staged_dir}/{name}"
 
     # ------------------------------------------------------------------ reading
@@ -304,11 +318,22 @@ class LogStore:
         return file_mtime_ms(info)
 
     def read_staged(self, name: str) -> bytes | None:
+        """A staged commit's bytes, or None. A name missing from the staged directory is
+        looked up in the legacy one (a claim made by an earlier release); found there, the
+        name's later publish and delete use that file."""
+        data = self._read_file(f"{self.staged_dir}/{name}")
+        if data is None and name not in self._legacy_staged:
+            data = self._read_file(f"{self.legacy_staged_dir}/{name}")
+            if data is not None:
+                self._legacy_staged.add(name)
+        return data
+
+    def _read_file(self, path: str) -> bytes | None:
         try:
             if self.is_local:
-                with open(self.staged_path(name), "rb") as f:
+                with open(path, "rb") as f:
                     return f.read()
-            return self._get(self.staged_path(name))
+            return self._get(path)
         except FileNotFoundError:
             return None
 
@@ -317,14 +342,15 @@ class LogStore:
     def _ensure_dirs(self) -> None:
         if self._made_dirs:
             return
-        if self.is_local:
-            os.makedirs(self.staged_dir, exist_ok=True)
-        else:  # not on object stores (``_made_dirs`` starts True there)
-            self.fs.makedirs(self.staged_dir, exist_ok=True)
+        for directory in (self.log_dir, self.staged_dir):
+            if self.is_local:
+                os.makedirs(directory, exist_ok=True)
+            else:  # not on object stores (``_made_dirs`` starts True there)
+                self.fs.makedirs(directory, exist_ok=True)
         self._made_dirs = True
 
     def list_staged(self) -> list[str]:
-        """Base names in ``_delta_log/_staged_commits`` (empty when it does not exist)."""
+        """Base names of the staged commits (empty when there are none)."""
         try:
             if self.is_local:
                 return os.listdir(self.staged_dir)
@@ -341,6 +367,7 @@ class LogStore:
         list and read while it is written (group commit's queued appends).
         """
         self._ensure_dirs()
+        self._legacy_staged.discard(name)  # staged anew: in the staged directory
         path = self.staged_path(name)
         if self.is_local and atomic:
             tmp = f"{self.staged_dir}/.{name}.{os.getpid()}.{threading.get_ident()}.tmp"
@@ -396,6 +423,7 @@ class LogStore:
 
     def delete_staged(self, name: str) -> None:
         path = self.staged_path(name)
+        self._legacy_staged.discard(name)
         # Already gone is fine: a recovering process may have published and we clean up once.
         with contextlib.suppress(FileNotFoundError):
             if self.is_local:

@@ -9,15 +9,24 @@ each version, in order:
 2. **Its anchor.** The version slot that granted the version recorded the commit's hash
    (``SlotClaim.digest``) in the slot store, a separate system: a commit whose whole chain
    was recomputed after an edit no longer matches it ("edited"). A REPAIR commit that
-   resolved a lost slot is the one exception, and says so.
+   resolved a lost slot is the one exception, when it names the lost claim's transaction
+   and anchored digest (:mod:`eventlog.log.recovery`). A REPAIR of a claim that never
+   completed is noted; one that accepted the loss of an *acknowledged* commit is reported
+   "lost", on every run, unless the auditor accepts that version too (``accept_lost``).
 3. **Its link.** ``prev`` must be the SHA-256 of the previous file's bytes. When it is not,
    the previous commit is not the one this commit followed: ``prev`` naming an older
    version means commits were removed and the rest renumbered ("removed"), naming a later
    version means they were swapped ("reordered"), naming none that the log holds means a
    commit was put in ("inserted").
 
-A missing version in the middle is "removed". A version slot above the newest commit file
-whose staged commit is gone is a truncated tail ("truncated").
+A missing version in the middle is "removed". A completed version slot above the newest
+commit file whose staged commit is gone is a truncated tail ("truncated"); a claim above it
+that never completed is noted (its writer died before publishing).
+
+Anchors are only as good as the slot store they are looked up in. When chained commits
+have no anchor there (a copy of the table at another location keyed by a shared store, a
+lost slot store, the wrong ``--slots``), the report counts them (``unanchored``) and says
+so in its notes; ``require_anchors`` makes that a failure ("unanchored").
 
 Tables written before chaining verify from the first chained commit on, and the report says
 so in its notes. After log cleanup the walk starts at the oldest retained commit; its
@@ -27,7 +36,7 @@ so in its notes. After log cleanup the walk starts at the oldest retained commit
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import orjson
 
@@ -37,7 +46,9 @@ from eventlog.log.audit import digest as sha256
 from eventlog.log.audit import read_audit, recompute
 from eventlog.log.checkpoint import read_chain_head
 from eventlog.log.commitlog import CommitLog
+from eventlog.log.recovery import ACCEPTED_LOSS, LOST_DIGEST, LOST_FILE_DIGEST, LOST_TXN
 from eventlog.log.storage import LogStore
+from lockstore import SlotClaim
 
 __all__ = ["VerifyReport", "verify"]
 
@@ -48,9 +59,10 @@ Progress = Callable[[int, int], None]  # (versions done, versions in all)
 class VerifyReport:
     """The outcome of :func:`verify`.
 
-    ``problem`` is one of "edited", "removed", "inserted", "reordered", "truncated" (None
-    when ``ok``), at ``first_bad_version``; ``detail`` says what was found. ``checked_from``
-    is the first version walked and ``chained_from`` the first chained one.
+    ``problem`` is one of "edited", "removed", "inserted", "reordered", "truncated",
+    "lost", "unanchored" (None when ``ok``), at ``first_bad_version``; ``detail`` says what
+    was found. ``checked_from`` is the first version walked and ``chained_from`` the first
+    chained one. ``unanchored``: chained commits the slot store holds no anchor for.
     """
 
     ok: bool
@@ -63,6 +75,7 @@ class VerifyReport:
     anchors_checked: int
     hmac_checked: bool
     notes: tuple[str, ...]
+    unanchored: int = 0
 
 
 class _Failure(Exception):
@@ -71,15 +84,27 @@ class _Failure(Exception):
         self.version, self.problem, self.detail = version, problem, detail
 
 
-def verify(commitlog: CommitLog, key: bytes | None = None, progress: Progress | None = None) -> VerifyReport:
-    """Check the log of ``commitlog`` (see the module docstring); never changes anything."""
+def verify(
+    commitlog: CommitLog,
+    key: bytes | None = None,
+    progress: Progress | None = None,
+    *,
+    accept_lost: Collection[int] = (),
+    require_anchors: bool = False,
+) -> VerifyReport:
+    """Check the log of ``commitlog`` (see the module docstring); never changes anything.
+
+    ``accept_lost``: versions whose accepted loss of an acknowledged commit this audit
+    accepts too (noted instead of failing). ``require_anchors``: fail when chained commits
+    have no anchor in the slot store.
+    """
     log = commitlog.log
     versions = LogStore.commit_versions(log.list_log())
     if not versions:
         raise TableNotFoundError(commitlog.uri)
     first, last = versions[0], versions[-1]
     notes: list[str] = []
-    state = _Walk(commitlog, key, notes)
+    state = _Walk(commitlog, key, notes, frozenset(accept_lost))
     try:
         present = set(versions)
         missing = next((v for v in range(first, last + 1) if v not in present), None)
@@ -96,6 +121,7 @@ def verify(commitlog: CommitLog, key: bytes | None = None, progress: Progress | 
             if progress is not None:
                 progress(version - first + 1, last - first + 1)
         state.check_tail(last)
+        state.check_anchored(require_anchors)
     except _Failure as failure:
         return state.report(first, False, failure)
     if state.chained_from is None:
@@ -108,9 +134,14 @@ def verify(commitlog: CommitLog, key: bytes | None = None, progress: Progress | 
 class _Walk:
     """The state of one walk through the log."""
 
-    def __init__(self, commitlog: CommitLog, key: bytes | None, notes: list[str]) -> None:
-        self.commitlog, self.key, self.notes = commitlog, key, notes
+    def __init__(
+        self, commitlog: CommitLog, key: bytes | None, notes: list[str], accept_lost: frozenset[int]
+    ) -> None:
+        self.commitlog, self.key, self.notes, self.accept_lost = commitlog, key, notes, accept_lost
         self.prev_digest: str | None = None  # SHA-256 of the previous file's bytes
+        self.lost_file_digest: str | None = None  # the previous commit's, when it was lost
+        self.unanchored = 0
+        self.first_unanchored: int | None = None
         self.prev_version = -1
         self.seen: dict[str, int] = {}  # file digest -> version
         self.chained_from: int | None = None
@@ -138,11 +169,19 @@ class _Walk:
             if content != fields.hash:
                 raise _Failure(version, "edited", f"commit {version}'s content does not match its hash")
             self._check_hmac(version, fields.hmac, mac)
+            repair = _repair(data)
             if anchor is not None:
                 self.anchors += 1
-                if anchor != fields.hash and not _repairs(data, record.claim.txn_id if record else ""):
+                if anchor != fields.hash and not _resolves(repair, record.claim if record else None):
                     raise self._anchor_failure(version, data, fields.hash, anchor)
+            else:
+                self.unanchored += 1
+                if self.first_unanchored is None:
+                    self.first_unanchored = version
             self._check_link(version, fields.prev)
+            self.lost_file_digest = None
+            if repair is not None:
+                self._check_repair(version, repair)
         own = sha256(data)
         self.seen[own] = version
         self.prev_digest, self.prev_version = own, version
@@ -208,14 +247,40 @@ class _Walk:
         if stored != expected:
             raise _Failure(version, "edited", f"commit {version}'s HMAC does not match under the audit key")
 
+    def _check_repair(self, version: int, repair: CommitInfo) -> None:
+        """A REPAIR commit: noted, or "lost" when it accepted the loss of an acknowledged
+        commit that this audit does not accept."""
+        params = repair.operation_parameters
+        txn, lost_digest = params.get(LOST_TXN, "?"), params.get(LOST_DIGEST)
+        if lost_digest is None:
+            self.notes.append(
+                f"version {version}: a REPAIR commit without the lost claim's digest (older release)"
+            )
+        if params.get(ACCEPTED_LOSS) != "true":
+            self.notes.append(
+                f"version {version}: REPAIR of a claim that never completed (txn {txn}): its writer died "
+                "before publishing, and nothing was acknowledged"
+            )
+            return
+        what = f"the acknowledged commit of version {version} (txn {txn}, digest {lost_digest or 'unknown'})"
+        if version not in self.accept_lost:
+            raise _Failure(
+                version,
+                "lost",
+                f"{what} was lost from the log; an operator accepted the loss with a REPAIR commit "
+                f"(pass --accept-lost {version} to accept it in this audit too)",
+            )
+        self.notes.append(f"{what} was lost; its loss was accepted by an operator and by this audit")
+        self.lost_file_digest = params.get(LOST_FILE_DIGEST)
+
     def _check_link(self, version: int, prev: str | None) -> None:
         expected = self.prev_digest
         if version == 0:
             expected = None
         elif expected is None:
             return  # first retained commit and no checkpoint chain head: nothing to link to
-        if prev == expected:
-            return
+        if prev == expected or (prev is not None and prev == self.lost_file_digest):
+            return  # (the second: this commit chained to the lost commit a REPAIR replaced)
         earlier = self.seen.get(prev) if prev is not None else None
         if earlier is not None:
             raise _Failure(
@@ -252,11 +317,32 @@ class _Walk:
             if self.commitlog.log.read_staged(record.claim.staged) is not None and not record.complete:
                 self.notes.append(f"version {version} is claimed and being published (staged file present)")
                 continue
+            if not self.commitlog.recovery.acknowledged(record, latest):
+                self.notes.append(
+                    f"version {version} was claimed by txn {record.claim.txn_id} but never completed, and "
+                    "its staged file is gone: its writer died before publishing ('eventlog slots repair' "
+                    "resolves it)"
+                )
+                continue
             raise _Failure(
                 version,
                 "truncated",
                 f"the version slots reach version {latest} but the log ends at {last}: commits were cut off",
             )
+
+    def check_anchored(self, required: bool) -> None:
+        """Say so when chained commits have no anchor; fail when anchors are ``required``."""
+        if not self.unanchored:
+            return
+        first = self.first_unanchored
+        detail = (
+            f"{self.unanchored} chained commit(s), the first at version {first}, have no anchor in the slot "
+            f"store ({self.commitlog.slots!r}): they are checked against the hash chain only. A copy of the "
+            "table under another location, a lost slot store or the wrong --slots gives this"
+        )
+        self.notes.append(detail)
+        if required and first is not None:
+            raise _Failure(first, "unanchored", detail)
 
     def report(self, first: int, ok: bool, failure: _Failure | None) -> VerifyReport:
         return VerifyReport(
@@ -270,6 +356,7 @@ class _Walk:
             anchors_checked=self.anchors,
             hmac_checked=self.key is not None and self.hmac_from is not None,
             notes=tuple(self.notes),
+            unanchored=self.unanchored,
         )
 
 
@@ -284,11 +371,17 @@ def _txn_id(data: bytes) -> str | None:
     return str(txn) if txn is not None else None
 
 
-def _repairs(data: bytes, lost_txn: str) -> bool:
-    """Whether ``data`` is the REPAIR commit that resolved the lost claim of ``lost_txn``."""
+def _repair(data: bytes) -> CommitInfo | None:
+    """The commitInfo of a REPAIR commit, or None for any other commit."""
     info = decode_commit(data)[0]
-    return (
-        isinstance(info, CommitInfo)
-        and info.operation == "REPAIR"
-        and info.operation_parameters.get("lostTxnId") == lost_txn
-    )
+    return info if isinstance(info, CommitInfo) and info.operation == "REPAIR" else None
+
+
+def _resolves(repair: CommitInfo | None, claim: SlotClaim | None) -> bool:
+    """Whether ``repair`` is the REPAIR commit that resolved ``claim`` (whose commit was
+    lost): it names the claim's transaction, and the digest the claim anchored."""
+    if repair is None or claim is None:
+        return False
+    params = repair.operation_parameters
+    recorded = params.get(LOST_DIGEST)
+    return params.get(LOST_TXN) == claim.txn_id and (recorded is None or recorded == claim.digest)

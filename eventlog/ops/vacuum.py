@@ -7,8 +7,9 @@ files follow the file they belong to. ``_delta_log``, ``_eventlog`` and every ot
 starting with ``_`` or ``.`` are never touched, except partition directories (Delta's rule).
 A retention shorter than the table's (``delta.deletedFileRetentionDuration``, one week by
 default) is refused unless the caller turns the check off, as in Delta. Staged commits
-(``_delta_log/_staged_commits``) older than the retention were abandoned by writers that
-died, and are deleted too (:func:`abandoned_staged_commits`).
+(``_eventlog/staged``, and ``_delta_log/_staged_commits`` of earlier releases) older than
+the retention were abandoned by writers that died, and are deleted too
+(:func:`abandoned_staged_commits`).
 
 :func:`vacuum` runs in one process; :func:`sweep` is the part an engine (Spark) may run
 in parallel over :func:`top_level_entries`.
@@ -28,7 +29,7 @@ import pyarrow.compute as pc
 from eventlog.errors import CorruptLogError, InvalidInputError
 from eventlog.files.partition_values import escape_path_name
 from eventlog.log.actions import DeletionVectorDescriptor
-from eventlog.log.storage import LOG_DIR, STAGED_DIR, file_mtime_ms
+from eventlog.log.storage import LEGACY_STAGED_DIR, STAGED_DIR, file_mtime_ms
 from eventlog.ops.alter import (
     DEFAULT_DELETED_FILE_RETENTION,
     DELETED_FILE_RETENTION_KEY,
@@ -169,23 +170,26 @@ def abandoned_staged_commits(table: CommitTarget, horizon: int, dry_run: bool) -
     an old one was left by a writer that died (or a group-commit leader that died after
     publishing). Call after ``table.refresh()``: that publishes every claimed version whose
     writer did not, so no claim up to the latest version still needs its staged file, and a
-    claim made later names a file younger than ``horizon``.
+    claim made later names a file younger than ``horizon``. Both the staged directory and
+    the legacy one under ``_delta_log`` (earlier releases) are swept.
     """
     log = table.log
-    try:
-        entries = log.fs.ls(log.staged_dir, detail=True)
-    except FileNotFoundError:
-        return []
     out: list[str] = []
-    for entry in entries:
-        name = entry["name"].rsplit("/", 1)[-1]
-        mtime = file_mtime_ms(entry)
-        if entry.get("type") == "directory" or mtime is None or mtime >= horizon:
+    for relative in (STAGED_DIR, LEGACY_STAGED_DIR):
+        directory = f"{log.root}/{relative}"
+        try:
+            entries = log.fs.ls(directory, detail=True)
+        except FileNotFoundError:
             continue
-        if not dry_run:
-            with contextlib.suppress(FileNotFoundError):  # its writer cleaned up meanwhile
-                log.fs.rm_file(entry["name"])
-        out.append(f"{LOG_DIR}/{STAGED_DIR}/{name}")
+        for entry in entries:
+            name = entry["name"].rsplit("/", 1)[-1]
+            mtime = file_mtime_ms(entry)
+            if entry.get("type") == "directory" or mtime is None or mtime >= horizon:
+                continue
+            if not dry_run:
+                with contextlib.suppress(FileNotFoundError):  # its writer cleaned up meanwhile
+                    log.fs.rm_file(entry["name"])
+            out.append(f"{relative}/{name}")
     return out
 
 

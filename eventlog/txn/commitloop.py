@@ -59,7 +59,7 @@ class CommitLoop:
                     # First attempt: the read snapshot was just refreshed, so guess that
                     # nothing won since and claim read_version+1 directly (one slot-store
                     # round trip fewer); a wrong guess only loses the claim.
-                    latest = checked if attempts == 0 else table.latest_version()
+                    latest = checked if attempts == 0 else table.latest_version(repair=True)
                     if latest > checked:
                         with timer.phase("check"):
                             attempt.check_winners(table.commits_between(checked + 1, latest))

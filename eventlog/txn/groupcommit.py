@@ -6,7 +6,7 @@ re-read of the winner and another attempt. With group commit
 (``Table.open(..., group_commit=True)``) a *pure blind append* is queued in storage and
 one writer claims the next version for every queued append::
 
-    stage own commit atomically as  _staged_commits/q-<enqueued ns>-<checked>-<txn>.json
+    stage own commit atomically as  _eventlog/staged/q-<enqueued ns>-<checked>-<txn>.json
     loop: latest = latest_version();  read winners since ``checked``:
               a winner lists our txn     -> committed there, done (no slot-store write)
               else conflict-check them   -> raise on a conflict (see below)
@@ -250,7 +250,7 @@ class GroupCommitLoop:
         try:
             while True:
                 try:
-                    latest, claimed = table.latest_version(claimed), None
+                    latest, claimed = table.latest_version(claimed, repair=True), None
                     if latest > seen:
                         seen, progress = latest, policy.clock()
                     with timer.phase("check"):

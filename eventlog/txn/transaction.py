@@ -6,7 +6,7 @@ records its reads (partition predicates, files, whole-table reads, app ids read 
 new version through the commit pipeline::
 
     prepare actions (commitInfo first, isBlindAppend, effective isolation level)
-      -> stage  _delta_log/_staged_commits/<txnId>.json
+      -> stage  _eventlog/staged/<txnId>.json
       -> loop:  latest = slots.latest()  (finishing any half-published slot first)
                 conflict-check every commit in (checked, latest]   -- pure, no I/O inside
                 claim slot latest+1 with (txnId, staged name, owner)

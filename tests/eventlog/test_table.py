@@ -32,7 +32,7 @@ from eventlog.errors import (
 )
 from eventlog.log.actions import CommitInfo, encode_commit
 from eventlog.log.storage import LogStore
-from lockstore import LocalFileSlotStore, SlotClaim
+from lockstore import EmbeddedSlotStore, SlotClaim
 from tests.conftest import SCHEMA, rows, sorted_ids
 
 
@@ -275,7 +275,7 @@ def test_claimed_but_unpublished_slot_is_recovered_by_readers(local_uri: str) ->
     loop = CommitAttempt(dead.table, dead.pending())
     data = loop.bytes(2)
     t.log.stage(loop.staged_name, data)
-    slots = LocalFileSlotStore(os.path.join(local_uri, "_eventlog", "slots"))
+    slots = EmbeddedSlotStore(os.path.join(local_uri, "_eventlog", "slots"))
     assert slots.claim(t.key, 2, SlotClaim(dead.txn_id, loop.staged_name))
     assert not t.log.commit_exists(2)
     reader = Table.open(local_uri)
@@ -329,26 +329,33 @@ def test_version_taken_outside_the_slot_store_is_a_lost_race(local_uri: str) -> 
     assert [h["txnId"] for h in t.history(2)] == [result.txn_id, "foreign"]
 
 
-def test_claimed_slot_with_lost_staged_file_is_repaired_once_the_writer_is_gone(
+def test_claimed_slot_with_lost_staged_file_is_repaired_by_a_writer_once_the_writer_is_gone(
     local_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import eventlog.log.commitlog as commitlog_module
+    import eventlog.log.recovery as recovery
 
     t = Table.create(local_uri, SCHEMA)
     t.append(rows([1]))
-    slots = LocalFileSlotStore(os.path.join(local_uri, "_eventlog", "slots"))
-    assert slots.claim(t.key, 2, SlotClaim("lost-txn", "lost-txn.json"))  # staged file never written
+    slots = EmbeddedSlotStore(os.path.join(local_uri, "_eventlog", "slots"))
+    assert slots.claim(t.key, 2, SlotClaim("lost-txn", "lost-txn.json", digest="ab" * 32))  # never staged
+    assert Table.open(local_uri).version == 1  # readers see what was published, and write nothing
     with pytest.raises(CorruptLogError) as info:
-        Table.open(local_uri)  # the writer may still be alive: refuse, clearly
+        Table.open(local_uri).append(rows([3]))  # a writer: the claimant may still be alive
     assert info.value.version == 2 and "lost-txn" in str(info.value)
-    monkeypatch.setattr(commitlog_module, "REPAIR_GRACE_SECONDS", 0.0)
+    monkeypatch.setattr(recovery, "REPAIR_GRACE_SECONDS", 0.0)
     reader = Table.open(local_uri)
-    assert reader.version == 2
-    repair = reader.history(1)[0]
-    assert repair["operation"] == "REPAIR" and repair["operationParameters"]["lostTxnId"] == "lost-txn"
+    assert reader.version == 1 and not t.log.commit_exists(2)  # still: a read never repairs
+    assert not slots.get(t.key, 2).complete  # type: ignore[union-attr]
+    assert t.append(rows([3])).version == 3  # the writer resolves version 2, then commits
+    repair = t.history(2)[1]
+    assert repair["operation"] == "REPAIR" and repair["version"] == 2
+    assert repair["operationParameters"]["lostTxnId"] == "lost-txn"
+    assert repair["operationParameters"]["lostDigest"] == "ab" * 32
+    assert "acceptedLoss" not in repair["operationParameters"]
     assert slots.get(t.key, 2).complete  # type: ignore[union-attr]
-    t.append(rows([3]))
-    assert sorted_ids(t) == [1, 3] and t.version == 3
+    assert sorted_ids(t) == [1, 3]
+    report = t.verify()
+    assert report.ok and any("never completed (txn lost-txn)" in note for note in report.notes)
 
 
 def test_commit_version_bounds_of_a_log_listing() -> None:

@@ -30,9 +30,11 @@ def test_repair_only_touches_slots_of_provably_dead_writers(
     assert writer.latest(t.key) == 0
     assert writer.claim(t.key, 1, SlotClaim("vanished-txn", "vanished-txn.json", {"host": "h", "pid": "1"}))
 
-    # While the claiming writer's session lives, readers refuse to guess and repair skips it.
+    # While the claiming writer's session lives, readers see version 0, writers refuse to
+    # guess, and repair skips the slot.
+    assert Table.open(uri, slots=spec).version == 0
     with pytest.raises(CorruptLogError):
-        Table.open(uri, slots=spec)
+        Table.open(uri, slots=spec).append(t.to_arrow())
     assert lockstore_cli.main(["status", "--slots", spec, "--table", t.key]) == 0
     status = json.loads(capsys.readouterr().out)
     assert status["latest"] == 1

@@ -61,16 +61,18 @@ def test_removed_files_stay_for_the_retention_then_go(local_uri: str) -> None:
     assert not first.exists() and sorted_ids(t) == [2]
 
 
-def test_abandoned_staged_commits_older_than_the_retention_go(local_uri: str) -> None:
+@pytest.mark.parametrize("directory", ["_eventlog/staged", "_delta_log/_staged_commits"])
+def test_abandoned_staged_commits_older_than_the_retention_go(local_uri: str, directory: str) -> None:
+    """Both where commits are staged and where earlier releases staged them."""
     t = Table.create(local_uri, SCHEMA)
     t.append(rows([1]))
-    staged = Path(local_uri) / "_delta_log" / "_staged_commits"
-    staged.mkdir(exist_ok=True)
+    staged = Path(local_uri) / directory
+    staged.mkdir(exist_ok=True, parents=True)
     old, young = staged / "dead-writer.json", staged / "in-flight.json"
     for f in (old, young):
         f.write_bytes(b'{"commitInfo":{}}\n')
     _age(old, 2 * WEEK)
-    expected = [f"{t.uri}/_delta_log/_staged_commits/dead-writer.json"]
+    expected = [f"{t.uri}/{directory}/dead-writer.json"]
     assert t.vacuum(dry_run=True) == expected and old.exists()
     assert t.vacuum() == expected
     assert not old.exists() and young.exists()
@@ -81,7 +83,7 @@ def test_vacuum_publishes_a_claimed_commit_before_deleting_old_staged_files(loca
     """A claimed, unpublished version is the commit point of its (dead) writer: VACUUM's
     refresh publishes it from the staged file first, however old that file is."""
     from eventlog.txn.attempt import CommitAttempt
-    from lockstore import LocalFileSlotStore, SlotClaim
+    from lockstore import EmbeddedSlotStore, SlotClaim
 
     t = Table.create(local_uri, SCHEMA)
     t.append(rows([1]))
@@ -89,10 +91,10 @@ def test_vacuum_publishes_a_claimed_commit_before_deleting_old_staged_files(loca
     dead.append(rows([2]))
     loop = CommitAttempt(dead.table, dead.pending())
     t.log.stage(loop.staged_name, loop.bytes(2))
-    slots = LocalFileSlotStore(os.path.join(local_uri, "_eventlog", "slots"))
+    slots = EmbeddedSlotStore(os.path.join(local_uri, "_eventlog", "slots"))
     assert slots.claim(t.key, 2, SlotClaim(dead.txn_id, loop.staged_name))
     _age(Path(t.log.staged_path(loop.staged_name)), 2 * WEEK)
     fresh = Table.handle(local_uri)  # has not read the log yet: nothing recovered so far
-    assert fresh.vacuum() == [f"{t.uri}/_delta_log/_staged_commits/{loop.staged_name}"]
+    assert fresh.vacuum() == [f"{t.uri}/_eventlog/staged/{loop.staged_name}"]
     reopened = Table.open(local_uri)
     assert reopened.version == 2 and sorted_ids(reopened) == [1, 2]

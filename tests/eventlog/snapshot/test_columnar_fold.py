@@ -234,7 +234,7 @@ def test_an_open_table_folds_only_new_commits(local_uri: str, monkeypatch: pytes
     def no_reload(*args: object) -> Snapshot:
         raise AssertionError("the open table reloaded its snapshot")
 
-    monkeypatch.setattr("eventlog.table.load_snapshot", no_reload)
+    monkeypatch.setattr("eventlog.table.handle.load_snapshot", no_reload)
     t.delete("id = 2")
     t.append(rows([9]))
     second = reader.snapshot()

@@ -326,9 +326,9 @@ class Table:
     def slots(self) -> SlotStore:
         return self.commitlog.slots
 
-    def latest_version(self, claimed: int | None = None) -> int:
-        """Latest version (see :meth:`CommitLog.latest_version`)."""
-        return self.commitlog.latest_version(claimed)
+    def latest_version(self, claimed: int | None = None, *, repair: bool = False) -> int:
+        """Latest version (see :meth:`CommitLog.latest_version`; ``repair``: writers only)."""
+        return self.commitlog.latest_version(claimed, repair=repair)
 
     def commits_between(self, first: int, last: int) -> list[Commit]:
         """Commits ``first..last`` (inclusive), from the log or the cache."""
@@ -338,10 +338,13 @@ class Table:
         """Make a version this process claimed visible (see :meth:`CommitLog.publish_claimed`)."""
         return self.commitlog.publish_claimed(version, staged_name, data, txn_id)
 
-    def repair_slots(self, *, dry_run: bool = False, limit: int = 100) -> list[dict[str, Any]]:
-        """Finish or resolve incomplete slots (see :meth:`CommitLog.repair_slots`)."""
-        actions = self.commitlog.repair_slots(dry_run=dry_run, limit=limit)
-        if not dry_run and any(not a["action"].startswith("skip") for a in actions):
+    def repair_slots(
+        self, *, dry_run: bool = False, limit: int = 100, accept_lost: Sequence[int] = ()
+    ) -> list[dict[str, Any]]:
+        """Finish or resolve slots without their commit (:mod:`eventlog.log.recovery`); an
+        acknowledged commit that is gone only for the versions in ``accept_lost``."""
+        actions = self.commitlog.repair_slots(dry_run=dry_run, limit=limit, accept_lost=accept_lost)
+        if not dry_run and any(not a["action"].startswith(("skip", "lost")) for a in actions):
             self.refresh()
         return actions
 
@@ -536,13 +539,24 @@ class Table:
         return replay(self.commitlog, to_version)
 
     def verify(
-        self, key: bytes | str | None = None, *, progress: Callable[[int, int], None] | None = None
+        self,
+        key: bytes | str | None = None,
+        *,
+        progress: Callable[[int, int], None] | None = None,
+        accept_lost: Sequence[int] = (),
+        require_anchors: bool = False,
     ) -> VerifyReport:
         """Check the log's hash chain, its slot anchors and (with a key: this handle's audit
         key or ``key``) its HMACs; the report names the first version that was edited,
-        removed, inserted or reordered, or a truncated tail (:mod:`eventlog.log.verify`)."""
+        removed, inserted, reordered or lost, or a truncated tail (:mod:`eventlog.log.verify`)."""
         audit_key = key.encode() if isinstance(key, str) else key
-        return verify_log(self.commitlog, audit_key if audit_key is not None else self.audit_key, progress)
+        return verify_log(
+            self.commitlog,
+            audit_key if audit_key is not None else self.audit_key,
+            progress,
+            accept_lost=accept_lost,
+            require_anchors=require_anchors,
+        )
 
     def diff(self, from_version: int, to_version: int | None = None, *, rows: bool = False) -> TableDiff:
         """Files (and with ``rows=True`` the rows) added and removed between two versions."""
@@ -553,48 +567,3 @@ class Table:
     def __repr__(self) -> str:
         snap = self._snapshot
         return f"Table({self.uri!r}, version={snap.version if snap else None})"
-
-
-def write_table(
-    uri: str | os.PathLike[str],
-    data: Any,
-    *,
-    mode: str = "append",
-    partition_by: Sequence[str] | None = None,
-    properties: Mapping[str, str] | None = None,
-    replace_where: str | None = None,
-    schema_mode: str | None = None,
-    slots: SlotsSpec = None,
-    storage_options: Mapping[str, Any] | None = None,
-    filesystem: fsspec.AbstractFileSystem | None = None,
-) -> CommitResult:
-    """Write ``data`` to the table at ``uri``, creating it when the path holds none.
-
-    ``mode`` is ``"append"``, ``"overwrite"``, ``"error"`` (fail if the table exists) or
-    ``"ignore"`` (do nothing if it exists), as in Spark and delta-rs. Writers racing to
-    create one table: the losers get ProtocolChangedException (retry to append).
-    """
-    if mode not in ("append", "overwrite", "error", "ignore"):
-        raise InvalidInputError(f"mode must be append, overwrite, error or ignore; got {mode!r}")
-    log = open_log_store(uri, storage_options, filesystem)
-    where: dict[str, Any] = {"storage_options": storage_options, "filesystem": filesystem}
-    if not LogStore.commit_versions(log.list_log()):
-        try:
-            table = Table.create(uri, None, partition_by, properties, slots, data=data, **where)
-        except TableAlreadyExistsError:
-            pass  # created meanwhile: fall through to the existing-table path
-        else:
-            info = table.history(1)[0]
-            return CommitResult(0, 1, info["operation"], info.get("operationMetrics", {}), info["txnId"])
-    table = Table.open(uri, slots, **where)
-    if mode == "error":
-        raise TableAlreadyExistsError(table.uri, table.version)
-    if mode == "ignore":
-        return CommitResult(table.version, 0, "", {}, "", skipped=True)
-    if partition_by is not None and tuple(partition_by) != table.partition_columns:
-        raise InvalidInputError(
-            f"partition_by {list(partition_by)} differs from the table's {list(table.partition_columns)}"
-        )
-    if mode == "append":
-        return table.append(data, schema_mode=schema_mode)
-    return table.overwrite(data, replace_where=replace_where, schema_mode=schema_mode)
