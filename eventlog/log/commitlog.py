@@ -39,6 +39,7 @@ from lockstore import (
     Lease,
     LeaseOwner,
     LocalFileSlotStore,
+    LockstoreError,
     SlotClaim,
     SlotRecord,
     SlotStore,
@@ -450,6 +451,15 @@ class CommitLog:
             raise self._corrupt(exc.version if exc.version is not None else first, exc) from exc
 
     def _gap(self, version: int) -> CorruptLogError:
+        """The error for a commit missing from the log: :class:`CommitLostError` when the slot
+        store granted that version (a commit was acknowledged there, as later ones were
+        published after it), a plain gap otherwise."""
+        try:
+            record = self.slots.get(self.key, version)
+        except LockstoreError:
+            record = None  # the gap is the news; the slot store's state is a detail
+        if record is not None:
+            return self.recovery.lost(record)
         return CorruptLogError(
             f"{self.uri}: the commit log has a gap: version {version} is missing",
             uri=self.uri,

@@ -238,7 +238,7 @@ class SlotRecovery:
         actions: list[dict[str, Any]] = []
         for version in sorted(records, reverse=True):
             record = records[version]
-            if version in listed and record.complete:
+            if version in listed and record.complete and version not in accept_lost:
                 continue
             entry: dict[str, Any] = {"version": version, "txn_id": record.claim.txn_id}
             entry["action"] = self._plan(record, version in listed, claimed, accept_lost)

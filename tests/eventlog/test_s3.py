@@ -109,12 +109,18 @@ def test_vacuum_on_s3_reads_modification_times_from_the_store(
     t.overwrite(_rows([3], "d"))  # the first append's file is no longer referenced
     fs, root = t.log.fs, t.log.root
     fs.pipe_file(f"{root}/date=d/orphan.parquet", b"not referenced")
-    fs.pipe_file(f"{root}/_delta_log/_staged_commits/abandoned.json", b"{}")
+    fs.pipe_file(f"{root}/_eventlog/staged/abandoned.json", b"{}")
+    fs.pipe_file(f"{root}/_delta_log/_staged_commits/older-release.json", b"{}")
     removed = t.snapshot(1).paths()
     assert t.vacuum(retention_hours=1, enforce_retention=False) == []  # all of it is new
     deleted = t.vacuum(retention_hours=0, enforce_retention=False)
     assert sorted(p.removeprefix(s3_uri + "/") for p in deleted) == sorted(
-        [*removed, "date=d/orphan.parquet", "_delta_log/_staged_commits/abandoned.json"]
+        [
+            *removed,
+            "date=d/orphan.parquet",
+            "_eventlog/staged/abandoned.json",
+            "_delta_log/_staged_commits/older-release.json",
+        ]
     )
     fs.invalidate_cache()
     assert not any(fs.exists(f"{root}/{p}") for p in [*removed, "date=d/orphan.parquet"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import deltalake
@@ -11,8 +12,11 @@ import pyarrow as pa
 import pytest
 
 from eventlog import Table, VerifyReport
+from eventlog import cli as eventlog_cli
 from eventlog.log.actions import decode_commit
 from eventlog.log.audit import AUDIT_FIELD, chain_commit, digest, read_audit, recompute
+from lockstore import LocalFileSlotStore
+from lockstore.localfs import table_dir_name
 from tests.conftest import SCHEMA, rows
 
 KEY = b"audit-secret"
@@ -196,3 +200,56 @@ def test_group_commits_and_checkpoints_keep_the_chain(tmp_path: Path) -> None:
     g.checkpoint()
     g.append(pa.concat_tables([rows([10]), rows([11])]))
     assert Table.open(t.uri).verify().ok
+
+
+# --------------------------------------------------------------------------- anchors
+
+
+def test_a_copy_keeps_its_anchors_so_a_cut_off_tail_is_still_caught(tmp_path: Path) -> None:
+    t = _table(tmp_path)
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-a", t.uri, str(copy)], check=True, timeout=60)
+    report = Table.handle(str(copy)).verify()
+    assert report.ok and report.anchors_checked == t.version + 1 and report.unanchored == 0
+    _path(Table.handle(str(copy)), t.version).unlink()
+    report = Table.handle(str(copy)).verify()
+    assert (report.ok, report.problem, report.first_bad_version) == (False, "truncated", t.version)
+    assert _verify(t).ok  # the original is untouched
+
+
+def test_a_table_whose_embedded_slots_were_keyed_by_its_path_keeps_them(tmp_path: Path) -> None:
+    """Tables written before the embedded store served one table whatever the key."""
+    uri = str(tmp_path / "t")
+    legacy = LocalFileSlotStore(os.path.join(uri, "_eventlog", "slots"))  # keyed by the path
+    t = Table.create(uri, SCHEMA, slots=legacy)
+    t.append(rows([1]))
+    assert os.listdir(os.path.join(uri, "_eventlog", "slots")) == [table_dir_name(t.key)]
+    report = Table.handle(uri).verify()  # the embedded store finds the old directory
+    assert report.ok and report.anchors_checked == 2
+    assert Table.open(uri).append(rows([2])).version == 2
+    assert legacy.get(t.key, 2) is not None  # claimed in the same directory
+
+
+def test_commits_without_anchors_are_noted_and_can_be_required(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    t = _table(tmp_path)
+    elsewhere = str(tmp_path / "other-slots")
+    report = Table.handle(t.uri, slots=elsewhere).verify()
+    assert report.ok and report.anchors_checked == 0 and report.unanchored == t.version + 1
+    assert any(
+        f"{t.version + 1} chained commit(s), the first at version 0, have no anchor" in n
+        for n in report.notes
+    )
+    strict = Table.handle(t.uri, slots=elsewhere).verify(require_anchors=True)
+    assert (strict.ok, strict.problem, strict.first_bad_version) == (False, "unanchored", 0)
+
+    assert eventlog_cli.main(["verify", t.uri, "--slots", elsewhere, "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["unanchored"] == t.version + 1
+    assert "eventlog: warning:" in err and "no anchor" in err
+    assert eventlog_cli.main(["verify", t.uri, "--slots", elsewhere, "--require-anchors", "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out)["problem"] == "unanchored" and "verify failed: version 0 unanchored" in err
+    assert eventlog_cli.main(["verify", t.uri, "--require-anchors"]) == 0  # its own slots: anchored
+    assert "warning" not in capsys.readouterr().err
