@@ -217,5 +217,6 @@ def test_retry_exhaustion_is_commit_failed_with_cause(local_uri: str) -> None:
     assert sleeps == sorted(sleeps) or max(sleeps) <= policy.max_delay * 1.5
     after = sorted(p.name for p in Path(local_uri).rglob("*.parquet"))
     assert after == before  # the staged data file was deleted
-    assert not list(Path(local_uri, "_delta_log", "_staged_commits").glob("*.json"))
+    assert Path(local_uri, "_eventlog", "staged").is_dir()  # where the commit was staged ...
+    assert not list(Path(local_uri, "_eventlog", "staged").glob("*.json"))  # ... and deleted from
     assert t.version == 0
