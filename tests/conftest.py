@@ -4,11 +4,24 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from eventlog import Table
+
+# tests/deltaspark runs Delta Spark as a peer: it needs the pyspark release Delta Spark is built
+# for (jvm/deltaspark/constraints.txt) and its jars, which only .venv-delta has
+# (scripts/bootstrap_delta.sh). scripts/test.sh runs it there after the main run; any other
+# pyspark leaves it uncollected.
+DELTA_PYSPARK = next(
+    line.split("==")[1].strip()
+    for line in (Path(__file__).parent.parent / "jvm/deltaspark/constraints.txt").read_text().splitlines()
+    if line.startswith("pyspark==")
+)
+collect_ignore = [] if metadata.version("pyspark") == DELTA_PYSPARK else ["deltaspark"]
 
 
 @pytest.fixture
