@@ -50,6 +50,7 @@ VERIFY_KEYS = (
     "anchors_checked",
     "hmac_checked",
     "unanchored",
+    "unguarded",
     "notes",
 )
 
@@ -162,6 +163,14 @@ def verify(
         bool,
         typer.Option("--require-anchors", help="Fail when chained commits have no anchor in the slot store."),
     ] = False,
+    allow_unguarded: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unguarded",
+            help="Accept commits other Delta writers (Delta Spark, delta-rs) made outside the "
+            "version slots: noted instead of failing.",
+        ),
+    ] = False,
 ) -> int:
     """Check the commits' hash chain, the slot anchors and (with a key) the HMACs.
 
@@ -173,7 +182,11 @@ def verify(
     with settings.handle(uri) as t:
         with progress("Verifying") as bar:
             report = t.verify(
-                key=key, progress=bar, accept_lost=accept_lost or (), require_anchors=require_anchors
+                key=key,
+                progress=bar,
+                accept_lost=accept_lost or (),
+                require_anchors=require_anchors,
+                allow_unguarded=allow_unguarded,
             )
         data = verify_json(t.uri, report)
     emit(settings, data, _render_verify)
@@ -205,6 +218,7 @@ def verify_json(uri: str, report: VerifyReport) -> dict[str, Any]:
     out: dict[str, Any] = {"table": uri}
     out.update({key: getattr(report, key) for key in VERIFY_KEYS})
     out["notes"] = list(report.notes)
+    out["unguarded"] = [[version, engine] for version, engine in report.unguarded]
     return out
 
 

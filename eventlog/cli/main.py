@@ -5,7 +5,7 @@
     eventlog describe TABLE
     eventlog diff TABLE A [B] [--rows]
     eventlog replay TABLE [--to N]
-    eventlog verify TABLE [--key-env VAR] [--accept-lost N]... [--require-anchors]
+    eventlog verify TABLE [--key-env VAR] [--accept-lost N]... [--require-anchors] [--allow-unguarded]
     eventlog vacuum TABLE [--dry-run] [--retention-hours H]
     eventlog optimize TABLE [--where SQL] [--zorder-by COLS]
     eventlog restore TABLE N
@@ -56,13 +56,15 @@ decimals as strings, binary as base64 and non-finite floats as "NaN"/"Infinity".
   a file has no statistics), ``rows_deleted_by_dv, data_change, metadata_changed,
   protocol_changed``.
 * ``verify``: ``{"table", "ok", "first_bad_version", "problem" (edited, removed,
-  inserted, reordered, truncated, lost, unanchored; or null), "detail" (what was found, or
-  null), "checked_from", "chained_from", "versions_checked", "anchors_checked",
-  "hmac_checked", "unanchored", "notes"}``; exit code 1 when ``ok`` is false, with
+  inserted, reordered, truncated, lost, unanchored, unguarded; or null), "detail" (what was
+  found, or null), "checked_from", "chained_from", "versions_checked", "anchors_checked",
+  "hmac_checked", "unanchored", "unguarded" ([version, engine] pairs), "notes"}``; exit
+  code 1 when ``ok`` is false, with
   ``eventlog: verify failed: version N <problem> (<detail>)`` on stderr, and a warning on
   stderr when chained commits have no slot anchor. ``--key-env VAR`` names the variable
   holding the HMAC key (default ``EVENTLOG_AUDIT_KEY``; a named variable must be set);
-  ``--accept-lost N`` accepts a recorded loss; ``--require-anchors`` fails unanchored commits.
+  ``--accept-lost N`` accepts a recorded loss; ``--require-anchors`` fails unanchored commits;
+  ``--allow-unguarded`` accepts commits other Delta writers made outside the slots.
 * ``vacuum``: ``{"table", "dry_run", "retention_hours", "files", "num_files"}``: the files
   deleted (or, with ``--dry-run``, that would be).
 * ``optimize``: ``{"table", "version", "operation", "metrics", "txn_id", "where",

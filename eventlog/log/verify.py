@@ -19,6 +19,11 @@ each version, in order:
    version means they were swapped ("reordered"), naming none that the log holds means a
    commit was put in ("inserted").
 
+An unchained commit after the chain began that no version slot granted (or whose slot's
+transaction committed later, having lost the version to it) was written by another Delta
+writer outside the slots (Delta Spark, delta-rs): "unguarded", naming its engine, unless the
+audit allows such commits (``allow_unguarded``), which it then notes.
+
 A missing version in the middle is "removed". A completed version slot above the newest
 commit file whose staged commit is gone is a truncated tail ("truncated"); a claim above it
 that never completed is noted (its writer died before publishing).
@@ -48,7 +53,7 @@ from eventlog.log.checkpoint import read_chain_head
 from eventlog.log.commitlog import CommitLog
 from eventlog.log.recovery import ACCEPTED_LOSS, LOST_DIGEST, LOST_FILE_DIGEST, LOST_TXN
 from eventlog.log.storage import LogStore
-from lockstore import SlotClaim
+from lockstore import SlotClaim, SlotRecord
 
 __all__ = ["VerifyReport", "verify"]
 
@@ -60,9 +65,11 @@ class VerifyReport:
     """The outcome of :func:`verify`.
 
     ``problem`` is one of "edited", "removed", "inserted", "reordered", "truncated",
-    "lost", "unanchored" (None when ``ok``), at ``first_bad_version``; ``detail`` says what
-    was found. ``checked_from`` is the first version walked and ``chained_from`` the first
-    chained one. ``unanchored``: chained commits the slot store holds no anchor for.
+    "lost", "unanchored", "unguarded" (None when ``ok``), at ``first_bad_version``;
+    ``detail`` says what was found. ``checked_from`` is the first version walked and
+    ``chained_from`` the first chained one. ``unanchored``: chained commits the slot store
+    holds no anchor for. ``unguarded``: (version, engine) of the commits other Delta
+    writers made outside the version slots, as far as the walk went.
     """
 
     ok: bool
@@ -76,6 +83,7 @@ class VerifyReport:
     hmac_checked: bool
     notes: tuple[str, ...]
     unanchored: int = 0
+    unguarded: tuple[tuple[int, str], ...] = ()
 
 
 class _Failure(Exception):
@@ -91,12 +99,14 @@ def verify(
     *,
     accept_lost: Collection[int] = (),
     require_anchors: bool = False,
+    allow_unguarded: bool = False,
 ) -> VerifyReport:
     """Check the log of ``commitlog`` (see the module docstring); never changes anything.
 
     ``accept_lost``: versions whose accepted loss of an acknowledged commit this audit
     accepts too (noted instead of failing). ``require_anchors``: fail when chained commits
-    have no anchor in the slot store.
+    have no anchor in the slot store. ``allow_unguarded``: accept commits other Delta
+    writers made outside the version slots (noted, and listed in ``unguarded``).
     """
     log = commitlog.log
     versions = LogStore.commit_versions(log.list_log())
@@ -104,7 +114,7 @@ def verify(
         raise TableNotFoundError(commitlog.uri)
     first, last = versions[0], versions[-1]
     notes: list[str] = []
-    state = _Walk(commitlog, key, notes, frozenset(accept_lost))
+    state = _Walk(commitlog, key, notes, frozenset(accept_lost), allow_unguarded)
     try:
         present = set(versions)
         missing = next((v for v in range(first, last + 1) if v not in present), None)
@@ -135,13 +145,20 @@ class _Walk:
     """The state of one walk through the log."""
 
     def __init__(
-        self, commitlog: CommitLog, key: bytes | None, notes: list[str], accept_lost: frozenset[int]
+        self,
+        commitlog: CommitLog,
+        key: bytes | None,
+        notes: list[str],
+        accept_lost: frozenset[int],
+        allow_unguarded: bool,
     ) -> None:
         self.commitlog, self.key, self.notes, self.accept_lost = commitlog, key, notes, accept_lost
         self.prev_digest: str | None = None  # SHA-256 of the previous file's bytes
         self.lost_file_digest: str | None = None  # the previous commit's, when it was lost
         self.unanchored = 0
         self.first_unanchored: int | None = None
+        self.allow_unguarded = allow_unguarded
+        self.unguarded: list[tuple[int, str]] = []  # (version, engine) of other writers' commits
         self.prev_version = -1
         self.seen: dict[str, int] = {}  # file digest -> version
         self.chained_from: int | None = None
@@ -158,10 +175,7 @@ class _Walk:
         anchor = record.claim.digest if record is not None else None
         if fields is None:
             if self.chained_from is not None or anchor is not None:
-                problem = "edited" if anchor is not None else "inserted"
-                raise _Failure(
-                    version, problem, f"commit {version} carries no hash chain, unlike those before it"
-                )
+                self._check_unchained(version, data, record)
         else:
             if self.chained_from is None:
                 self.chained_from = version
@@ -186,6 +200,29 @@ class _Walk:
         self.seen[own] = version
         self.prev_digest, self.prev_version = own, version
         self.checked += 1
+
+    def _check_unchained(self, version: int, data: bytes, record: SlotRecord | None) -> None:
+        """An unchained commit after the chain began: another Delta writer's (Delta Spark,
+        delta-rs...), written outside the version slots, when no slot granted the version or
+        the transaction the slot granted it to committed later (it lost the version to that
+        writer and retried above it). Reported as "unguarded", naming the engine, unless the
+        audit allows unguarded commits; otherwise a commit of ours was replaced ("edited") or
+        one was put in ("inserted")."""
+        engine = _engine(data) or "an unknown engine"
+        lost_to_it = record is not None and record.claim.txn_id in self._later_txn_ids(version).values()
+        if record is None or lost_to_it:
+            self.unguarded.append((version, engine))
+            if not self.allow_unguarded:
+                raise _Failure(
+                    version,
+                    "unguarded",
+                    f"commit {version} was written outside the version slots by {engine} "
+                    "(allow_unguarded / --allow-unguarded accepts commits of other Delta writers)",
+                )
+            self.notes.append(f"version {version} was written outside the version slots by {engine}")
+            return
+        problem = "edited" if record.claim.digest is not None else "inserted"
+        raise _Failure(version, problem, f"commit {version} carries no hash chain, unlike those before it")
 
     def _anchor_failure(self, version: int, data: bytes, found: str, anchored: str) -> _Failure:
         """Name what happened at ``version``, whose commit is not the one its slot granted.
@@ -357,7 +394,21 @@ class _Walk:
             hmac_checked=self.key is not None and self.hmac_from is not None,
             notes=tuple(self.notes),
             unanchored=self.unanchored,
+            unguarded=tuple(self.unguarded),
         )
+
+
+def _engine(data: bytes) -> str | None:
+    """The ``engineInfo`` of a commit's commitInfo, wherever it stands in the file."""
+    for line in data.splitlines():
+        if b'"commitInfo"' in line:
+            try:
+                info = orjson.loads(line).get("commitInfo")
+            except (orjson.JSONDecodeError, AttributeError):
+                return None
+            engine = info.get("engineInfo") if isinstance(info, dict) else None
+            return str(engine) if engine is not None else None
+    return None
 
 
 def _txn_id(data: bytes) -> str | None:

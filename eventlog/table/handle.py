@@ -545,10 +545,12 @@ class Table:
         progress: Callable[[int, int], None] | None = None,
         accept_lost: Sequence[int] = (),
         require_anchors: bool = False,
+        allow_unguarded: bool = False,
     ) -> VerifyReport:
         """Check the log's hash chain, its slot anchors and (with a key: this handle's audit
         key or ``key``) its HMACs; the report names the first version that was edited,
-        removed, inserted, reordered or lost, or a truncated tail (:mod:`eventlog.log.verify`)."""
+        removed, inserted, reordered, lost or unguarded, or a truncated tail
+        (:mod:`eventlog.log.verify`)."""
         audit_key = key.encode() if isinstance(key, str) else key
         return verify_log(
             self.commitlog,
@@ -556,6 +558,7 @@ class Table:
             progress,
             accept_lost=accept_lost,
             require_anchors=require_anchors,
+            allow_unguarded=allow_unguarded,
         )
 
     def diff(self, from_version: int, to_version: int | None = None, *, rows: bool = False) -> TableDiff:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 
 from eventlog import Table, VerifyReport
 from eventlog import cli as eventlog_cli
-from eventlog.log.actions import decode_commit
+from eventlog.log.actions import decode_commit, encode_commit
 from eventlog.log.audit import AUDIT_FIELD, chain_commit, digest, read_audit, recompute
 from lockstore import LocalFileSlotStore
 from lockstore.localfs import table_dir_name
@@ -131,11 +132,26 @@ def test_reordered_commits_are_named(tmp_path: Path) -> None:
     assert (report.problem, report.first_bad_version) == ("reordered", 2)
 
 
-def test_a_foreign_commit_after_the_chain_began_is_inserted(tmp_path: Path) -> None:
+def test_another_delta_writers_commit_is_unguarded_naming_its_engine(tmp_path: Path) -> None:
     t = _table(tmp_path)
     deltalake.write_deltalake(t.uri, rows([99]), mode="append")
+    foreign = t.latest_version()
     report = _verify(t)
-    assert (report.problem, report.first_bad_version) == ("inserted", t.latest_version())
+    assert (report.ok, report.problem, report.first_bad_version) == (False, "unguarded", foreign)
+    assert report.unguarded[0][0] == foreign and report.unguarded[0][1].startswith("delta-rs")
+    assert t.append(rows([100])).version == foreign + 1  # we chain on after it
+    allowed = Table.handle(t.uri).verify(allow_unguarded=True)
+    assert allowed.ok and allowed.unguarded == report.unguarded and allowed.versions_checked == foreign + 2
+    assert any(f"version {foreign} was written outside the version slots" in n for n in allowed.notes)
+
+
+def test_a_commit_of_ours_replaced_by_an_unchained_one_is_still_edited(tmp_path: Path) -> None:
+    t = _table(tmp_path)
+    info, *rest = decode_commit(_path(t, 3).read_bytes())
+    stripped = dataclasses.replace(info, extra={k: v for k, v in info.extra.items() if k != AUDIT_FIELD})
+    _path(t, 3).write_bytes(encode_commit([stripped, *rest]))  # the same actions, the chain stripped
+    report = Table.handle(t.uri).verify(allow_unguarded=True)
+    assert (report.ok, report.problem, report.first_bad_version) == (False, "edited", 3)
 
 
 def test_a_truncated_tail_is_named(tmp_path: Path) -> None:
