@@ -22,24 +22,9 @@ Durability: by default nothing is fsynced, so claims survive the crash of any pr
 not the loss of the machine's page cache (power failure, kernel crash). Pass ``fsync=True``
 to sync the slot file and its directory before ``claim`` returns, at a latency cost.
 
-Leases (:meth:`LocalFileSlotStore.acquire_lease`)::
-
-    root/_leases/<sanitised name>-<sha1[:20]>.lease   the owner's JSON {"name", "host", "pid", "info",
-                                                      "acquired_ms"}; flock'ed while held
-
-A lease is an exclusive ``flock(2)`` (``LOCK_EX | LOCK_NB``) on its file, held on a file
-descriptor that stays open for the lease's lifetime. The kernel drops the lock when the
-descriptor is closed: on ``release``, on the store's ``close``, and when the process dies
-in any way (SIGKILL included), so a dead owner's lease is simply taken over. Liveness is
-checked by trying the lock (``LOCK_SH | LOCK_NB``): it is granted only if nobody holds the
-lease. flock locks belong to open file descriptions, so a second acquire from the same
-process (another thread, another store object on the same root) fails like any other.
-Lease files are never deleted (deleting one would let two owners lock two different
-files of the same name); a free lease's file keeps its last owner's record, which counts
-for nothing without the lock. The descriptor is opened ``O_CLOEXEC`` (an ``exec``'d
-program never inherits it), and a forked child closes its copies at once
-(``os.register_at_fork``): the lock belongs to the parent only, and ends with it even
-while children live. Per machine only: flock on network filesystems is not guaranteed.
+Leases (:meth:`LocalFileSlotStore.acquire_lease`): one ``flock(2)``-ed file per lease under
+``root/_leases``, held on an open descriptor that dies with its process; see
+:mod:`lockstore.localfs_leases`, which holds them.
 """
 
 from __future__ import annotations
@@ -47,21 +32,16 @@ from __future__ import annotations
 import base64
 import contextlib
 import errno
-import fcntl
 import hashlib
 import json
 import os
 import re
 import secrets
-import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from lockstore.base import (
-    UNKNOWN_LEASE_OWNER,
     Lease,
-    LeaseHeldError,
     LeaseOwner,
     LeaseSet,
     LockstoreError,
@@ -71,8 +51,9 @@ from lockstore.base import (
     SlotStore,
     SlotStoreUnavailableError,
     TableBindingError,
-    lease_node_name,
 )
+from lockstore.localfs_leases import _HELD as _HELD  # the leases this process holds
+from lockstore.localfs_leases import acquire_lease_file, lease_file_owner, lease_file_path
 
 _SLOT = ".slot"
 _DONE = ".done"
@@ -89,80 +70,6 @@ _HINT_REPAIR_DISTANCE = 32  # latest() rewrites a hint that lags by this many ve
 # claim() refreshes the hint only every this many versions: the forward probe in latest()
 # costs one stat per version of lag (~4 us), a hint update a symlink and a rename (~70 us).
 _HINT_EVERY = 16
-
-
-_LEASES_DIR = "_leases"  # never a table directory: those do not start with "_"
-_LEASE_SUFFIX = ".lease"
-_LEASE_RECORD_MAX = 1 << 20
-# A lock attempt can meet a reader's momentary liveness probe (LOCK_SH) on a free lease, and
-# a record read can meet its owner's write: retry for this long before concluding.
-_LEASE_RETRY_SECONDS = 0.05
-
-
-@dataclass(slots=True)
-class _HeldLease:
-    fd: int
-    owner: LeaseOwner
-    token: object
-
-
-# Leases held by this process, by lease file path: a second acquire fails fast with the
-# holder's owner, and a forked child knows which inherited descriptors to close.
-_HELD: dict[str, _HeldLease] = {}
-_HELD_LOCK = threading.Lock()
-
-
-def _forget_leases_in_child() -> None:
-    """After fork, in the child: close the inherited lease descriptors. The child never held
-    the leases; closing its copies (never LOCK_UN, which would unlock the parent's) means
-    the lock ends when the parent's descriptors close, whatever the child does."""
-    global _HELD_LOCK
-    _HELD_LOCK = threading.Lock()  # another thread may have held it at fork time
-    for held in list(_HELD.values()):
-        with contextlib.suppress(OSError):
-            os.close(held.fd)
-    _HELD.clear()
-
-
-os.register_at_fork(after_in_child=_forget_leases_in_child)
-
-
-def _read_lease_record(fd: int) -> LeaseOwner | None:
-    """The owner recorded in an open lease file; None if empty or (mid-write) not valid."""
-    raw = os.pread(fd, _LEASE_RECORD_MAX, 0)
-    if not raw:
-        return None
-    try:
-        return LeaseOwner.from_dict(json.loads(raw))
-    except (ValueError, TypeError, AttributeError):
-        return None
-
-
-def _held_owner(fd: int) -> LeaseOwner:
-    """The owner of a lease found locked: its record, retried briefly while being written."""
-    deadline = time.monotonic() + _LEASE_RETRY_SECONDS
-    while True:
-        owner = _read_lease_record(fd)
-        if owner is not None:
-            return owner
-        if time.monotonic() >= deadline:
-            return UNKNOWN_LEASE_OWNER
-        time.sleep(0.002)
-
-
-def _release_lease(path: str, token: object) -> None:
-    with _HELD_LOCK:
-        held = _HELD.get(path)
-        if held is None or held.token is not token:
-            return  # already closed (fork, or released through another path)
-        del _HELD[path]
-    os.close(held.fd)  # drops the flock
-
-
-def _lease_alive(path: str, token: object) -> bool:
-    with _HELD_LOCK:
-        held = _HELD.get(path)
-        return held is not None and held.token is token
 
 
 def table_dir_name(table: str) -> str:
@@ -220,8 +127,8 @@ class LocalFileSlotStore(SlotStore):
     the hint is found to be invalid. OS errors other than the expected "exists"/"missing"
     are raised as :class:`SlotStoreUnavailableError` (outcome unknown). ``root`` is created
     on first write if missing. The object is thread-safe; it holds no open resources but
-    the descriptors of the leases it granted (see the module docstring), which ``close``
-    releases.
+    the descriptors of the leases it granted (see :mod:`lockstore.localfs_leases`), which
+    ``close`` releases.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = False) -> None:
@@ -405,70 +312,18 @@ class LocalFileSlotStore(SlotStore):
 
     def lease_path(self, name: str) -> str:
         """Absolute path of the file of lease ``name`` (may not exist yet)."""
-        return os.path.join(self._root, _LEASES_DIR, lease_node_name(name) + _LEASE_SUFFIX)
+        return lease_file_path(self._root, name)
 
     def acquire_lease(self, name: str, owner: LeaseOwner) -> Lease:
-        """flock the lease file (see the module docstring); :class:`LeaseHeldError` naming
-        the holder if a live process holds it. OS errors raise :class:`SlotStoreUnavailableError`."""
+        """flock the lease file (see :mod:`lockstore.localfs_leases`); :class:`LeaseHeldError`
+        naming the holder if a live process holds it. OS errors raise :class:`SlotStoreUnavailableError`."""
         stamped = owner.stamped()
-        path = self.lease_path(name)
-        with _HELD_LOCK:
-            mine = _HELD.get(path)
-        if mine is not None:
-            raise LeaseHeldError(name, mine.owner)
-        record = dict(stamped.to_dict(), name=name)
-        payload = json.dumps(record, separators=(",", ":")).encode("utf-8")
-        try:
-            fd = self._lock_lease_file(path)
-            if fd is None:
-                raise LeaseHeldError(name, self._owner_of_locked(path))
-            try:
-                os.ftruncate(fd, 0)
-                view = memoryview(payload)
-                offset = 0
-                while offset < len(payload):
-                    offset += os.pwrite(fd, view[offset:], offset)
-                if self._fsync:
-                    os.fsync(fd)
-            except BaseException:
-                os.close(fd)
-                raise
-        except OSError as exc:
-            raise SlotStoreUnavailableError(f"acquiring lease {name!r} at {path}: {exc}") from exc
-        token = object()
-        with _HELD_LOCK:
-            _HELD[path] = _HeldLease(fd, stamped, token)
-
-        def release(_blocking: bool) -> None:
-            _release_lease(path, token)
-
-        def alive() -> bool:
-            return _lease_alive(path, token)
-
-        return self._leases.add(Lease(name, stamped, release=release, alive=alive))
+        lease = acquire_lease_file(self.lease_path(name), name, stamped, self._made, fsync=self._fsync)
+        return self._leases.add(lease)
 
     def lease_owner(self, name: str) -> LeaseOwner | None:
         """The holder's record if the lease file is locked (a live process holds it), else None."""
-        path = self.lease_path(name)
-        with _HELD_LOCK:
-            mine = _HELD.get(path)
-        if mine is not None:
-            return mine.owner
-        try:
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
-                return None
-            try:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    return _held_owner(fd)  # locked: a live holder
-                return None  # nobody holds it; closing the descriptor drops our probe lock
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            raise SlotStoreUnavailableError(f"reading lease {name!r} at {path}: {exc}") from exc
+        return lease_file_owner(self.lease_path(name), name)
 
     def close(self) -> None:
         """Release the leases acquired through this object; the store stays usable (it holds
@@ -479,55 +334,6 @@ class LocalFileSlotStore(SlotStore):
         return f"{type(self).__name__}({self._root!r}, fsync={self._fsync})"
 
     # ------------------------------------------------------------- helpers
-
-    def _lock_lease_file(self, path: str) -> int | None:
-        """An open descriptor holding the exclusive flock of ``path``; None if a live holder
-        has it. Retries briefly past a reader's liveness probe, and re-opens when the file
-        was replaced while we waited (it never is, unless someone removes lease files)."""
-        directory = os.path.dirname(path)
-        deadline = time.monotonic() + _LEASE_RETRY_SECONDS
-        while True:
-            if directory not in self._made:
-                os.makedirs(directory, exist_ok=True)
-                self._made.add(directory)
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            except FileNotFoundError:
-                if time.monotonic() >= deadline:
-                    raise
-                self._made.discard(directory)  # removed after we cached it: make it again
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                if time.monotonic() >= deadline:
-                    return None
-                time.sleep(0.002)
-                continue
-            except BaseException:
-                os.close(fd)
-                raise
-            try:
-                same = os.fstat(fd).st_ino == os.stat(path).st_ino
-            except FileNotFoundError:
-                same = False
-            except BaseException:
-                os.close(fd)
-                raise
-            if same:
-                return fd
-            os.close(fd)  # we locked a file that is no longer the lease's: try the current one
-
-    def _owner_of_locked(self, path: str) -> LeaseOwner:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return UNKNOWN_LEASE_OWNER
-        try:
-            return _held_owner(fd)
-        finally:
-            os.close(fd)
 
     def _write_temp(self, directory: str, data: bytes) -> str:
         """Write ``data`` to a fresh uniquely named file in ``directory``; return its path."""
