@@ -59,7 +59,7 @@ Honest non-guarantees (in addition to those of :mod:`lockstore.base`):
   writes). fsspec's local file system implements ``mode="create"`` as check-then-write, so
   it is refused: use :class:`~lockstore.localfs.LocalFileSlotStore` there. fsspec's
   in-memory file system is per process; the store serialises its conditional writes with a
-  lock of this module.
+  lock of :mod:`lockstore.objectstore_io`.
 * Leases are liveness-bound by TTL, not by a session: a SIGKILLed owner's lease is taken
   over ``lease_ttl`` (+1 s) after its last heartbeat. A clean exit releases it (when the
   main thread ends, after the other non-daemon threads did; a lease whose release fails
@@ -80,31 +80,25 @@ not closed); :meth:`ObjectStoreSlotStore.close` stops the heartbeats and release
 acquired through it, and the store stays usable (``closed`` stays False). The store is
 picklable: the copy (e.g. in a ``spawn`` child) gets its own file-system client from the
 file system's own pickling, and none of the original's leases.
+
+The requests themselves (errors translated) are :mod:`lockstore.objectstore_io`'s; the
+leases' generations and heartbeats are :mod:`lockstore.objectstore_leases`'s.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import datetime as _dt
 import json
 import logging
-import os
 import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
 from typing import Any
 
 import fsspec
-from fsspec.asyn import AsyncFileSystem
-from fsspec.implementations.memory import MemoryFileSystem
 
 from lockstore.base import (
-    UNKNOWN_LEASE_OWNER,
     Lease,
-    LeaseHeldError,
     LeaseOwner,
     LeaseSet,
     LockstoreError,
@@ -117,6 +111,8 @@ from lockstore.base import (
     lease_node_name,
 )
 from lockstore.localfs import table_dir_name
+from lockstore.objectstore_io import Objects, has_own_put, parse_numbered
+from lockstore.objectstore_leases import acquire_generation, current_generation, read_owner
 
 log = logging.getLogger("lockstore.objectstore")
 
@@ -128,131 +124,9 @@ _DONE = ".done"
 _HINT = "_latest"
 _TABLE_ID = "_table_id"
 _LEASES = "_leases"
-_CLOCK = "_clock"
-_LEASE = ".lease"
-_BEAT = ".beat"
-_RELEASED = ".released"
 _HINT_EVERY = 16  # contiguous claims rewrite the hint only every this many versions
 _HINT_REPAIR_DISTANCE = 32  # latest() rewrites a hint that lags by this many versions
 _MINE_MAX = 4096  # own claims remembered (mark_complete skips the slot check for them)
-_RECORD_MAX = 1 << 20
-# Server timestamps (S3's LastModified) have whole-second resolution: a live heartbeat may
-# look up to this much older than it is.
-_CLOCK_SLACK = 1.0
-# Errors that are bugs in the caller or in this module, never "the store is unreachable".
-_PROGRAMMING_ERRORS = (TypeError, AttributeError, NameError, AssertionError, NotImplementedError)
-# fsspec's in-memory file system implements put-if-absent as check-then-write; it is one
-# process's, so one lock of this module makes it atomic.
-_MEMORY_CREATE_LOCK = threading.Lock()
-
-
-class _Objects:
-    """The five operations the store uses, with errors translated.
-
-    Every unexpected error (network, permissions, a missing bucket) becomes
-    :class:`SlotStoreUnavailableError` naming the operation and key; the original is its
-    ``__cause__``.
-    """
-
-    def __init__(self, fs: fsspec.AbstractFileSystem) -> None:
-        self.fs = fs
-        self.memory = isinstance(fs, MemoryFileSystem)
-        # s3fs HEADs an object before a GET when max_concurrency > 1 (its default), and HEAD
-        # plus LIST when the object is missing; max_concurrency=1 makes cat_file one GET.
-        self._cat_kwargs: dict[str, Any] = {"max_concurrency": 1} if hasattr(fs, "max_concurrency") else {}
-
-    @staticmethod
-    def _unavailable(operation: str, path: str, exc: BaseException) -> SlotStoreUnavailableError:
-        error = SlotStoreUnavailableError(f"{operation} {path}: {type(exc).__name__}: {exc}")
-        error.__cause__ = exc
-        return error
-
-    def create(self, path: str, data: bytes) -> bool:
-        """Put-if-absent: True if this call created ``path``, False if it existed."""
-        try:
-            if self.memory:
-                with _MEMORY_CREATE_LOCK:
-                    self.fs.pipe_file(path, data, mode="create")
-            else:
-                self.fs.pipe_file(path, data, mode="create")
-        except FileExistsError:
-            return False
-        except _PROGRAMMING_ERRORS:
-            raise
-        except Exception as exc:
-            raise self._unavailable("conditional put of", path, exc) from exc
-        return True
-
-    def put(self, path: str, data: bytes) -> None:
-        try:
-            self.fs.pipe_file(path, data)
-        except _PROGRAMMING_ERRORS:
-            raise
-        except Exception as exc:
-            raise self._unavailable("put of", path, exc) from exc
-
-    def get(self, path: str) -> bytes | None:
-        """The object's bytes, or None if it does not exist (one GET)."""
-        try:
-            data = self.fs.cat_file(path, **self._cat_kwargs)
-        except FileNotFoundError:
-            return None
-        except _PROGRAMMING_ERRORS:
-            raise
-        except Exception as exc:
-            raise self._unavailable("get of", path, exc) from exc
-        return bytes(data)
-
-    def exists(self, path: str) -> bool:
-        return self.get(path) is not None
-
-    def list(self, directory: str) -> dict[str, float | None]:
-        """Base name -> modification time (epoch seconds, server's) of the objects directly
-        under ``directory``; {} if there are none. Fresh: the listing cache is dropped first."""
-        try:
-            self.fs.invalidate_cache(directory)
-            try:
-                entries = self.fs.ls(directory, detail=True)
-            except FileNotFoundError:
-                return {}
-        except _PROGRAMMING_ERRORS:
-            raise
-        except Exception as exc:
-            raise self._unavailable("listing of", directory, exc) from exc
-        out: dict[str, float | None] = {}
-        for entry in entries:
-            if entry.get("type") == "directory":
-                continue
-            name = str(entry["name"]).rstrip("/").rsplit("/", 1)[-1]
-            out[name] = _entry_time(entry)
-        return out
-
-
-def _entry_time(entry: Mapping[str, Any]) -> float | None:
-    """The modification time of a listing entry, from whichever key the file system uses
-    (s3fs: LastModified, gcsfs: updated, adlfs: last_modified, memory: created, local: mtime)."""
-    for key in ("LastModified", "last_modified", "updated", "mtime", "created"):
-        value = entry.get(key)
-        if value is None:
-            continue
-        if isinstance(value, _dt.datetime):
-            if value.tzinfo is None:
-                value = value.replace(tzinfo=_dt.UTC)
-            return value.timestamp()
-        if isinstance(value, int | float):
-            return float(value)
-        if isinstance(value, str):
-            with contextlib.suppress(ValueError):
-                return _dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    return None
-
-
-def _has_own_put(fs: fsspec.AbstractFileSystem) -> bool:
-    """Whether ``fs`` implements its own put (not fsspec's generic check-then-write one,
-    which LocalFileSystem inherits): a precondition for an atomic ``mode="create"``."""
-    if isinstance(fs, AsyncFileSystem):
-        return type(fs)._pipe_file is not AsyncFileSystem._pipe_file
-    return type(fs).pipe_file is not fsspec.AbstractFileSystem.pipe_file
 
 
 def _slot_name(version: int) -> str:
@@ -261,155 +135,6 @@ def _slot_name(version: int) -> str:
 
 def _done_name(version: int) -> str:
     return f"{version:020d}{_DONE}"
-
-
-def _parse_numbered(name: str, suffix: str) -> int:
-    """The number of a ``<20 digits><suffix>`` name, or -1 if ``name`` is not one."""
-    if len(name) == 20 + len(suffix) and name.endswith(suffix) and name[:20].isdigit():
-        return int(name[:20])
-    return -1
-
-
-# ------------------------------------------------------------------------------ leases
-
-
-class _Heartbeat:
-    """One held lease generation: its heartbeat thread and its local liveness.
-
-    Refers to the file system and paths only, never to the store or the :class:`Lease`
-    handle, so a collected handle's finalizer can release it and a store can be collected.
-    """
-
-    def __init__(self, objects: _Objects, directory: str, name: str, gen: int, ttl: float, started: float):
-        self.objects = objects
-        self.directory = directory
-        self.name = name
-        self.gen = gen
-        self.ttl = ttl
-        self.pid = os.getpid()
-        self.last_ok = started  # monotonic start of the last request that proved the lease
-        self.lost = False  # a newer generation exists, or no beat succeeded for ttl
-        self.stopped = threading.Event()
-        self.released = False
-        self.lock = threading.Lock()
-        self.thread = threading.Thread(target=self._run, name=f"lockstore-lease-beat-{gen}", daemon=True)
-
-    def path(self, gen: int, suffix: str) -> str:
-        return f"{self.directory}/{gen:020d}{suffix}"
-
-    def start(self) -> None:
-        with _LIVE_LOCK:
-            _LIVE.add(self)
-        self.thread.start()
-
-    def alive(self) -> bool:
-        if self.lost or self.stopped.is_set() or os.getpid() != self.pid:
-            return False
-        if time.monotonic() - self.last_ok >= self.ttl:
-            self.lost = True  # permanent: another owner may take it from here on
-            self.stopped.set()
-            return False
-        return True
-
-    def _run(self) -> None:
-        interval = self.ttl / 3
-        while not self.stopped.wait(interval):
-            if not self.alive():
-                return
-            started = time.monotonic()
-            try:
-                self.objects.put(self.path(self.gen, _BEAT), str(time.time()).encode())
-                taken = self.objects.exists(self.path(self.gen + 1, _LEASE))
-            except LockstoreError as exc:
-                log.warning("heartbeat of lease %r failed (retrying): %s", self.name, exc)
-                continue
-            except Exception as exc:  # never let the thread die silently
-                log.warning("heartbeat of lease %r failed (retrying): %r", self.name, exc)
-                continue
-            if taken:
-                log.warning("lease %r (generation %s) was taken over by another owner", self.name, self.gen)
-                self.lost = True
-                self.stopped.set()
-                return
-            self.last_ok = started
-
-    def release(self, blocking: bool) -> None:
-        """Stop beating and record the release (``<gen>.released``). Raises
-        :class:`SlotStoreUnavailableError` if that write failed (a later call retries)."""
-        self.stopped.set()
-        if blocking and self.thread.is_alive() and threading.current_thread() is not self.thread:
-            self.thread.join(timeout=1.0)
-        if not blocking:
-            threading.Thread(
-                target=self._release_quietly, name="lockstore-lease-release", daemon=True
-            ).start()
-            return
-        self._write_released()
-
-    def _release_quietly(self) -> None:
-        try:
-            self._write_released()
-        except Exception as exc:
-            log.warning("releasing lease %r failed: %s", self.name, exc)
-
-    def _write_released(self) -> None:
-        with self.lock:
-            if self.released:
-                return
-            if os.getpid() != self.pid:
-                return
-            self.objects.put(self.path(self.gen, _RELEASED), b"")
-            self.released = True
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
-
-
-# Heartbeats of this process not yet released: at exit their leases are released (a clean
-# exit frees them at once; only a killed process waits for the TTL).
-_LIVE: set[_Heartbeat] = set()
-_LIVE_LOCK = threading.Lock()
-
-
-def _release_at_exit() -> None:
-    with _LIVE_LOCK:
-        live = [beat for beat in _LIVE if beat.pid == os.getpid()]
-    for beat in live:
-        try:
-            beat.release(blocking=True)
-        except Exception as exc:
-            log.warning("releasing lease %r at exit failed: %s", beat.name, exc)
-
-
-def _forget_in_child() -> None:
-    global _LIVE_LOCK
-    _LIVE_LOCK = threading.Lock()  # another thread may have held it at fork time
-    _LIVE.clear()  # the parent's leases; the child neither beats nor releases them
-
-
-def _release_at_thread_exit() -> None:
-    """The release at exit, early: before the interpreter's thread pools shut down (s3fs's
-    aiohttp resolves host names on one; by the time atexit hooks run, scheduling on it
-    fails). The interpreter is about to wait for its other (non-daemon) threads, which may
-    still write under the lease: wait for them first, so the lease outlives them. Idle
-    pool workers are not waited for: they end only after this hook."""
-    with _LIVE_LOCK:
-        if not any(beat.pid == os.getpid() for beat in _LIVE):
-            return
-    current = threading.current_thread()
-    for thread in threading.enumerate():
-        if thread is current or thread.daemon or thread.name.startswith("ThreadPoolExecutor"):
-            continue
-        thread.join()
-    _release_at_exit()
-
-
-# threading's exit hooks run newest first, so this one runs before concurrent.futures'
-# (registered when asyncio was imported, before this module). A release is done once.
-_register_thread_exit = getattr(threading, "_register_atexit", None)
-if _register_thread_exit is not None:
-    _register_thread_exit(_release_at_thread_exit)
-atexit.register(_release_at_exit)
-os.register_at_fork(after_in_child=_forget_in_child)
 
 
 class ObjectStoreSlotStore(SlotStore):
@@ -439,7 +164,7 @@ class ObjectStoreSlotStore(SlotStore):
     ) -> None:
         if not isinstance(filesystem, fsspec.AbstractFileSystem):
             raise TypeError(f"filesystem must be an fsspec file system, not {type(filesystem).__name__}")
-        if not _has_own_put(filesystem):
+        if not has_own_put(filesystem):
             raise LockstoreError(
                 f"{type(filesystem).__name__} has no atomic put-if-absent (its pipe_file(mode='create') "
                 "checks, then writes): it cannot grant version slots exclusively. For a local "
@@ -453,7 +178,7 @@ class ObjectStoreSlotStore(SlotStore):
         if not stripped:
             raise ValueError(f"root must name a bucket (and prefix), got {root!r}")
         self._fs = filesystem
-        self._objects = _Objects(filesystem)
+        self._objects = Objects(filesystem)
         self._root = stripped
         self._lease_ttl = float(lease_ttl)
         self._poll_interval = float(poll_interval)
@@ -631,31 +356,13 @@ class ObjectStoreSlotStore(SlotStore):
         its heartbeat silent for ``lease_ttl``); else :class:`LeaseHeldError` naming its owner."""
         stamped = owner.stamped()
         directory = self.lease_dir(name)
-        current, live = self._current_generation(directory)
-        if live:
-            raise LeaseHeldError(name, self._read_owner(directory, current))
-        gen = current + 1
-        token = secrets.token_hex(8)
-        record = {**stamped.to_dict(), "name": name, "token": token}
-        payload = json.dumps(record, separators=(",", ":")).encode("utf-8")
-        path = f"{directory}/{gen:020d}{_LEASE}"
-        started = time.monotonic()
-        if not self._objects.create(path, payload) and self._objects.get(path) != payload:
-            # Another acquirer won this generation (it is live: it was created just now).
-            raise LeaseHeldError(name, self._read_owner(directory, gen))
-        beat = _Heartbeat(self._objects, directory, name, gen, self._lease_ttl, started)
-        beat.start()
-
-        def release(blocking: bool) -> None:
-            beat.release(blocking)
-
-        return self._leases.add(Lease(name, stamped, release=release, alive=beat.alive))
+        return self._leases.add(acquire_generation(self._objects, directory, name, stamped, self._lease_ttl))
 
     def lease_owner(self, name: str) -> LeaseOwner | None:
         """The owner of the live generation of lease ``name``, or None."""
         directory = self.lease_dir(name)
-        current, live = self._current_generation(directory)
-        return self._read_owner(directory, current) if live else None
+        current, live = current_generation(self._objects, directory, self._lease_ttl)
+        return read_owner(self._objects, directory, current) if live else None
 
     def close(self) -> None:
         """Stop the heartbeats and release the leases acquired through this store. The
@@ -707,44 +414,8 @@ class ObjectStoreSlotStore(SlotStore):
         """The highest version with a slot object, by listing (repair path only)."""
         best = -1
         for name in self._objects.list(directory):
-            best = max(best, _parse_numbered(name, _SLOT))
+            best = max(best, parse_numbered(name, _SLOT))
         return best
-
-    def _current_generation(self, directory: str) -> tuple[int, bool]:
-        """(highest generation of the lease, or -1; whether it is live)."""
-        entries = self._objects.list(directory)
-        gen = max((_parse_numbered(n, _LEASE) for n in entries), default=-1)
-        if gen < 0 or f"{gen:020d}{_RELEASED}" in entries:
-            return gen, False
-        # Not released: alive while its last sign of life (the lease object, then each beat)
-        # is younger than the TTL, on the server's clock: write the clock object, list again.
-        self._objects.put(f"{directory}/{_CLOCK}", b"")
-        entries = self._objects.list(directory)
-        latest_gen = max((_parse_numbered(n, _LEASE) for n in entries), default=-1)
-        if latest_gen != gen:  # a new generation appeared meanwhile: judge that one
-            gen = latest_gen
-            if f"{gen:020d}{_RELEASED}" in entries:
-                return gen, False
-        now = entries.get(_CLOCK)
-        signs = [entries.get(f"{gen:020d}{suffix}") for suffix in (_LEASE, _BEAT)]
-        last = max((t for t in signs if t is not None), default=None)
-        if now is None or last is None:
-            raise LockstoreError(
-                f"lease objects under {directory} carry no modification times; this file "
-                "system's listings cannot tell whether a lease holder is alive"
-            )
-        return gen, now - last <= self._lease_ttl + _CLOCK_SLACK
-
-    def _read_owner(self, directory: str, gen: int) -> LeaseOwner:
-        path = f"{directory}/{gen:020d}{_LEASE}"
-        raw = self._objects.get(path)
-        if raw is None:
-            return UNKNOWN_LEASE_OWNER
-        try:
-            return LeaseOwner.from_dict(json.loads(raw[:_RECORD_MAX]))
-        except (ValueError, TypeError, AttributeError) as exc:
-            log.warning("unreadable lease record %s: %s", path, exc)
-            return UNKNOWN_LEASE_OWNER
 
 
 def _rebuild(
