@@ -189,9 +189,15 @@ class CommitLog:
         self._lock = threading.RLock()
         self._release: Callable[[], object] | None = None
         self._bound: str | None = None  # the table id this handle bound its slots to
-        self.recovery = SlotRecovery(
-            log,
-            slots,
+
+    @property
+    def recovery(self) -> SlotRecovery:
+        """What to do with claimed slots whose commit is not in the log. Made per use: held
+        in an attribute, its callbacks would tie this log into a reference cycle, and a
+        handle dropped by its last user must be freed (and give its slot store back) at once."""
+        return SlotRecovery(
+            self.log,
+            self.slots,
             self.key,
             prev_digest=self.commit_digest,
             note_digest=self._note_digest,
