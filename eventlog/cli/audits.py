@@ -11,7 +11,7 @@ import typer
 from rich.console import RenderableType
 from rich.text import Text
 
-from eventlog.cli.options import Settings
+from eventlog.cli.options import AcceptLostOption, Settings
 from eventlog.cli.output import emit, fields, iso, progress, table, text
 from eventlog.cli.reads import TableArg
 from eventlog.log.verify import VerifyReport
@@ -148,17 +148,7 @@ def verify(
             show_default=False,
         ),
     ] = None,
-    accept_lost: Annotated[
-        list[int] | None,
-        typer.Option(
-            "--accept-lost",
-            metavar="VERSION",
-            min=0,
-            help="Accept the recorded loss of the acknowledged commit at VERSION (repeatable): "
-            "noted instead of failing.",
-            show_default=False,
-        ),
-    ] = None,
+    accept_lost: AcceptLostOption = None,
     require_anchors: Annotated[
         bool,
         typer.Option("--require-anchors", help="Fail when chained commits have no anchor in the slot store."),

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import RenderableType
 
-from eventlog.cli.options import Settings
+from eventlog.cli.options import AcceptLostOption, Settings
 from eventlog.cli.output import emit, fields, pairs, progress, table
 from eventlog.cli.reads import TableArg, column_list
 from eventlog.txn.transaction import CommitResult
@@ -147,17 +147,7 @@ def slots_repair(
     uri: TableArg,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what it would do; change nothing.")] = False,
     limit: SlotLimit = 100,
-    accept_lost: Annotated[
-        list[int] | None,
-        typer.Option(
-            "--accept-lost",
-            metavar="VERSION",
-            min=0,
-            help="Accept the loss of the acknowledged commit at VERSION (repeatable): write a REPAIR "
-            "commit that records it; verify reports it as lost from then on.",
-            show_default=False,
-        ),
-    ] = None,
+    accept_lost: AcceptLostOption = None,
 ) -> None:
     """Finish or resolve slots without their commit; what it does lands in the commit log.
 

@@ -51,6 +51,17 @@ def parse_storage_option(value: str) -> tuple[str, str]:
     return key.strip(), item
 
 
+AcceptLostOption = Annotated[
+    list[int] | None,
+    typer.Option(
+        "--accept-lost",
+        metavar="VERSION",
+        min=0,
+        help="The version of an acknowledged commit whose loss is accepted (repeatable): slots "
+        "repair records the loss in a REPAIR commit; verify then notes it instead of failing.",
+        show_default=False,
+    ),
+]
 SlotsOption = Annotated[
     str | None,
     typer.Option(
