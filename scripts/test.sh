@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The whole test suite on a fresh machine: set-up, lint, types, import contracts, tests.
+# The whole test suite on a fresh machine: set-up, lint, types, import contracts, tests, then
+# the Delta Spark peer tests (tests/deltaspark) in their own environment: .venv-delta, on the
+# pyspark release Delta Spark is built for, with its jars from Maven (scripts/bootstrap_delta.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/bootstrap.sh
+./scripts/bootstrap_delta.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy eventlog lockstore streaming spark_adapter
 .venv/bin/lint-imports
 .venv/bin/pytest -q "$@"
+.venv-delta/bin/pytest -q tests/deltaspark
