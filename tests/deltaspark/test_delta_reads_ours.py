@@ -207,3 +207,28 @@ def test_delta_spark_reads_after_our_log_cleanup(spark: Any, tmp_path: Path) -> 
 def test_history_of_the_handle_that_cleaned_the_log_matches_delta_spark(spark: Any, tmp_path: Path) -> None:
     t = _cleaned_table(tmp_path)
     assert [(h["version"], h["operation"]) for h in t.history()] == delta_history(spark, t.uri)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="engine: timestamp time travel dates a commit by commitInfo.timestamp; Delta Spark (without "
+    "inCommitTimestamp) by the commit file's modification time, as PROTOCOL.md specifies, so a "
+    "timestamp between the two resolves to different versions",
+)
+def test_timestamp_time_travel_resolves_the_version_delta_spark_resolves(spark: Any, tmp_path: Path) -> None:
+    """The last commit's file dated 2 s after its commitInfo.timestamp (a store that dates an
+    object when its upload ends); a timestamp 1 s after commitInfo.timestamp."""
+    uri = str(tmp_path / "t")
+    t = Table.create(uri, SCHEMA)
+    t.append(rows([1]))
+    t.append(rows([2]))
+    committed_ms = t.history()[0]["timestamp"]
+    dated = (committed_ms + 2000) / 1000
+    os.utime(f"{uri}/_delta_log/{2:020d}.json", (dated, dated))
+    when = dt.datetime.fromtimestamp((committed_ms + 1000) / 1000, dt.UTC)
+    theirs = (
+        spark.read.format("delta").option("timestampAsOf", when.strftime("%Y-%m-%d %H:%M:%S.%f")).load(uri)
+    )
+    assert sorted(r.id for r in theirs.collect()) == [1]  # Delta Spark: version 1
+    assert t.version_at(when) == 1
