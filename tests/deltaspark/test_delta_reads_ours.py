@@ -17,7 +17,7 @@ import pytest
 from pyspark.errors import AnalysisException
 
 from eventlog import Table
-from eventlog.errors import VersionNotFoundError
+from eventlog.errors import PredicateError, VersionNotFoundError
 from tests.conftest import SCHEMA, rows
 from tests.deltaspark.peer import delta_arrow, delta_history, same_rows, schema_shape
 
@@ -232,3 +232,99 @@ def test_timestamp_time_travel_resolves_the_version_delta_spark_resolves(spark: 
     )
     assert sorted(r.id for r in theirs.collect()) == [1]  # Delta Spark: version 1
     assert t.version_at(when) == 1
+
+
+_SKIP_SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("i32", pa.int32()),
+        ("f", pa.float64()),
+        ("dec", pa.decimal128(10, 2)),
+        ("s", pa.string()),
+        ("day", pa.date32()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+        ("ntz", pa.timestamp("us")),
+        ("b", pa.bool_()),
+    ]
+)
+
+
+def _skip_rows(ids: list[int]) -> pa.Table:
+    """Rows whose values grow with the id, microseconds apart in the timestamps."""
+    return pa.table(
+        {
+            "id": ids,
+            "i32": [i * 10 for i in ids],
+            "f": [i + 0.5 for i in ids],
+            "dec": [decimal.Decimal(f"{i}.{i:02d}") for i in ids],
+            "s": ["ünï" if i == 5 else f"s{i:02d}" for i in ids],
+            "day": [dt.date(2024, 1, i) for i in ids],
+            "ts": [dt.datetime(2024, 1, 2, 3, 4, 5, 678900 + i, tzinfo=dt.UTC) for i in ids],
+            "ntz": [dt.datetime(2024, 1, 2, 3, 4, 5, 678900 + i) for i in ids],
+            "b": [i % 2 == 0 for i in ids],
+        },
+        schema=_SKIP_SCHEMA,
+    )
+
+
+@pytest.fixture(scope="module")
+def skipping_table(tmp_path_factory: pytest.TempPathFactory) -> Table:
+    """Three files (ids 1-2, 3-4, 5-6) whose statistics we wrote."""
+    t = Table.create(str(tmp_path_factory.mktemp("skipping") / "t"), _SKIP_SCHEMA)
+    for ids in ([1, 2], [3, 4], [5, 6]):
+        t.append(_skip_rows(ids))
+    return t
+
+
+@pytest.mark.parametrize(
+    "predicate",
+    [
+        "i32 > 25",
+        "s = 'ünï'",
+        "s > 's03'",
+        "s < 's02'",
+        "s LIKE 's0%'",
+        "dec > 3.03",
+        "dec = 4.04",
+        "day = DATE'2024-01-03'",
+        "day > '2024-01-04'",
+        "ts > TIMESTAMP'2024-01-02 03:04:05.678904'",
+        "ts = TIMESTAMP'2024-01-02 03:04:05.678903'",
+        "ts <= TIMESTAMP'2024-01-02 03:04:05.678901'",
+        "ntz > TIMESTAMP_NTZ'2024-01-02 03:04:05.678904'",
+        pytest.param(
+            "ntz = TIMESTAMP'2024-01-02 03:04:05.678903'",
+            marks=pytest.mark.xfail(
+                strict=True,
+                raises=PredicateError,
+                reason="engine: a timestamp_ntz column compared with a TIMESTAMP literal raises "
+                "PredicateError ('Cannot compare timestamp with ...'); Spark SQL casts and answers [3]",
+            ),
+        ),
+        "f >= 4.5",
+        "b = true",
+        "id IN (1, 6)",
+        "s IS NULL",
+    ],
+)
+def test_delta_spark_skips_files_by_our_statistics_as_we_do(
+    spark: Any, skipping_table: Table, predicate: str
+) -> None:
+    """Delta Spark prunes files by the statistics we wrote: its filtered read equals its read
+    with data skipping off, and our filtered read."""
+    uri = skipping_table.uri
+    ours = sorted(skipping_table.to_arrow(filter=predicate).column("id").to_pylist())
+    key = "spark.databricks.delta.stats.skipping"
+    try:
+        spark.conf.set(key, "true")
+        skipped = sorted(
+            r.id for r in spark.read.format("delta").load(uri).where(predicate).select("id").collect()
+        )
+        spark.conf.set(key, "false")
+        full = sorted(
+            r.id for r in spark.read.format("delta").load(uri).where(predicate).select("id").collect()
+        )
+    finally:
+        spark.conf.unset(key)
+    assert skipped == full
+    assert ours == full
