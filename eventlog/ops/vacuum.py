@@ -35,6 +35,7 @@ from eventlog.ops.alter import (
     DELETED_FILE_RETENTION_KEY,
 )
 from eventlog.snapshot import Snapshot
+from eventlog.snapshot.protocol import check_writable
 from eventlog.txn.attempt import CommitTarget
 from eventlog.txn.transaction import dv_relative_path
 from eventlog.userinput import parse_interval_ms
@@ -203,6 +204,7 @@ def vacuum(
     """Delete data files no version within the retention references, and abandoned staged
     commits older than the retention; their URIs, sorted."""
     snap = table.refresh()
+    check_writable(snap.protocol, snap.metadata)  # vacuumProtocolCheck: VACUUM is a writer
     horizon = int(time.time() * 1000) - retention_ms(snap, retention_hours, enforce=enforce_retention)
     keep = referenced_files(table, horizon)
     fs, root = table.log.fs, table.log.root

@@ -93,7 +93,7 @@ def _advance(commitlog: CommitLog, base: Snapshot | None, target: int) -> Snapsh
         snap = Snapshot.from_events(commitlog.uri, events, files)
     else:
         snap = base.advance_events(events, files)
-    check_readable(snap.protocol)
+    check_readable(snap.protocol, snap.metadata)
     return snap
 
 

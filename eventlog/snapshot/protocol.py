@@ -2,8 +2,10 @@
 
 New tables get the lowest protocol that describes them: ``(1, 2)`` (legacy appendOnly and
 invariants), or ``(3, 7)`` with the ``timestampNtz`` feature when the schema has naive
-timestamps. A table whose protocol needs a feature not listed here is refused with
-:class:`UnsupportedProtocolError` instead of being misread or corrupted.
+timestamps. What each feature needs, and what this library does with it, is the registry's
+(:mod:`eventlog.snapshot.features`): a table whose protocol needs a feature this library
+cannot honour for an operation is refused with :class:`UnsupportedProtocolError` naming the
+feature, instead of being misread or corrupted.
 """
 
 from __future__ import annotations
@@ -14,42 +16,34 @@ import pyarrow as pa
 
 from eventlog.errors import UnsupportedProtocolError
 from eventlog.files.schema import needs_timestamp_ntz
-from eventlog.log.actions import Protocol
+from eventlog.log.actions import Metadata, Protocol
+from eventlog.snapshot.features import (
+    FEATURES,
+    TABLE_FEATURES_READER,
+    TABLE_FEATURES_WRITER,
+    Operation,
+    supported_features,
+    unsupported,
+)
 
-MAX_READER_VERSION = 3
-MAX_WRITER_VERSION = 7
-# v2Checkpoint: every checkpoint kind is read (eventlog.log.checkpoint_read); writers, which
-# would have to write V2 checkpoints, still refuse it.
-READER_FEATURES = frozenset({"timestampNtz", "deletionVectors", "v2Checkpoint"})
-WRITER_FEATURES = frozenset({"appendOnly", "invariants", "timestampNtz", "domainMetadata", "deletionVectors"})
+MAX_READER_VERSION = TABLE_FEATURES_READER
+MAX_WRITER_VERSION = TABLE_FEATURES_WRITER
 DV_PROPERTY = "delta.enableDeletionVectors"
-# Legacy (pre-feature) writer versions 3..6 imply features (CHECK constraints, CDF,
-# generated and identity columns, column mapping) whose write-side rules we do not
-# implement, so writers refuse them; readers may still read them.
-_LEGACY_WRITER_MAX = 2
-_LEGACY_READER_MAX = 1
 
 
-def reader_missing(protocol: Protocol) -> list[str]:
-    """Missing reader features (empty when this library can read the table)."""
-    if protocol.min_reader_version <= _LEGACY_READER_MAX:
-        return []
-    if protocol.min_reader_version == MAX_READER_VERSION:
-        return sorted(set(protocol.reader_features or ()) - READER_FEATURES)
-    return [f"readerVersion{protocol.min_reader_version}"]
+def reader_missing(protocol: Protocol, metadata: Metadata | None = None) -> list[str]:
+    """The features that stop this library reading the table (empty when it can): see
+    :mod:`eventlog.snapshot.features`. Without ``metadata`` every feature counts as active."""
+    return unsupported(protocol, metadata, Operation.READ)
 
 
-def writer_missing(protocol: Protocol) -> list[str]:
-    """Missing writer features (empty when this library can write the table)."""
-    if protocol.min_writer_version <= _LEGACY_WRITER_MAX:
-        return []
-    if protocol.min_writer_version == MAX_WRITER_VERSION:
-        return sorted(set(protocol.writer_features or ()) - WRITER_FEATURES)
-    return [f"writerVersion{protocol.min_writer_version}"]
+def writer_missing(protocol: Protocol, metadata: Metadata | None = None) -> list[str]:
+    """The features that stop this library writing the table (empty when it can)."""
+    return unsupported(protocol, metadata, Operation.WRITE)
 
 
-def check_readable(protocol: Protocol) -> None:
-    missing = reader_missing(protocol)
+def check_readable(protocol: Protocol, metadata: Metadata | None = None) -> None:
+    missing = reader_missing(protocol, metadata)
     if missing:
         raise UnsupportedProtocolError(
             f"this table needs reader features {missing} that eventlog does not support",
@@ -57,10 +51,10 @@ def check_readable(protocol: Protocol) -> None:
         )
 
 
-def check_supported(protocol: Protocol) -> None:
-    """Raise unless this library can both read and write tables with ``protocol``."""
-    check_readable(protocol)
-    missing = writer_missing(protocol)
+def check_writable(protocol: Protocol, metadata: Metadata | None = None) -> None:
+    """Raise :class:`UnsupportedProtocolError` unless this library can write a table with
+    ``protocol`` and ``metadata`` (every write checks it before writing anything)."""
+    missing = writer_missing(protocol, metadata)
     if missing:
         raise UnsupportedProtocolError(
             f"this table needs writer features {missing} that eventlog does not support",
@@ -68,16 +62,15 @@ def check_supported(protocol: Protocol) -> None:
         )
 
 
+def check_supported(protocol: Protocol, metadata: Metadata | None = None) -> None:
+    """Raise unless this library can both read and write tables with ``protocol``."""
+    check_readable(protocol, metadata)
+    check_writable(protocol, metadata)
+
+
 def features_of(protocol: Protocol) -> set[str]:
-    """Every feature a protocol enables, legacy versions expanded to their features."""
-    if protocol.min_writer_version >= MAX_WRITER_VERSION:
-        return set(protocol.writer_features or ()) | set(protocol.reader_features or ())
-    legacy = {2: {"appendOnly", "invariants"}}
-    out: set[str] = set()
-    for version, feats in legacy.items():
-        if protocol.min_writer_version >= version:
-            out |= feats
-    return out
+    """Every feature a protocol supports, legacy versions expanded to their features."""
+    return set(supported_features(protocol))
 
 
 def removed_features(old: Protocol, new: Protocol) -> set[str]:
@@ -101,9 +94,10 @@ def upgrade(protocol: Protocol, schema: pa.Schema, properties: Mapping[str, str]
     if needed <= have:
         return protocol
     features = have | needed | {"appendOnly", "invariants"}
+    readers = {f for f in features if f in FEATURES and FEATURES[f].reader_writer}
     return Protocol(
         MAX_READER_VERSION,
         MAX_WRITER_VERSION,
-        reader_features=tuple(sorted((features & READER_FEATURES) | set(protocol.reader_features or ()))),
+        reader_features=tuple(sorted(readers | set(protocol.reader_features or ()))),
         writer_features=tuple(sorted(features)),
     )

@@ -44,7 +44,7 @@ from eventlog.ops.vacuum import vacuum as vacuum_table
 from eventlog.snapshot import Snapshot
 from eventlog.snapshot.loader import checkpoint_due, load_snapshot, write_snapshot_checkpoint
 from eventlog.snapshot.new_table import check_partition_by, new_table_metadata
-from eventlog.snapshot.protocol import protocol_for
+from eventlog.snapshot.protocol import check_writable, protocol_for
 from eventlog.snapshot.read import read_snapshot_rows
 from eventlog.snapshot.replay import Replay, TableDiff, replay
 from eventlog.snapshot.replay import diff as diff_snapshots
@@ -378,6 +378,7 @@ class Table:
         older than both it and ``delta.logRetentionDuration`` are deleted
         (:mod:`eventlog.log.cleanup`); by default nothing is ever deleted."""
         snap = snapshot or self.refresh()
+        check_writable(snap.protocol, snap.metadata)  # e.g. v2Checkpoint: not a classic checkpoint
         retention = parse_interval_ms(
             snap.properties.get(DELETED_FILE_RETENTION_KEY, DEFAULT_DELETED_FILE_RETENTION)
         )

@@ -289,7 +289,8 @@ def _check_protocol(txn: TransactionSummary, winner: WinningCommit) -> Transacti
     new = winner.protocol
     if new is None:
         return txn
-    check_supported(new)  # raises UnsupportedProtocolError, not a conflict
+    # The table as the winner leaves it (raises UnsupportedProtocolError, not a conflict).
+    check_supported(new, winner.metadata or txn.metadata or txn.read_metadata)
     if txn.protocol is not None:
         raise _conflict(ProtocolChangedException, txn, winner)
     if txn.read_protocol is not None and removed_features(txn.read_protocol, new):

@@ -43,6 +43,7 @@ from eventlog.log.actions import (
 from eventlog.log.commitlog import require_writable
 from eventlog.log.filetable import add_files
 from eventlog.snapshot import Snapshot
+from eventlog.snapshot.protocol import check_writable
 from eventlog.txn.attempt import CommitTarget
 from eventlog.txn.rowlevel import CompactionSource, DvUpdate
 from eventlog.userinput import check_app_id, check_json_text, check_text, check_txn_version
@@ -101,6 +102,7 @@ class PlanBuilder:
     ) -> None:
         require_writable(table.slots)  # before anything is staged or written
         if snapshot is not None:
+            check_writable(snapshot.protocol, snapshot.metadata)  # features we cannot honour
             table.bind_slots(snapshot.table_id)  # refuse another table's slots before writing
         self.table = table
         self.snapshot = snapshot
