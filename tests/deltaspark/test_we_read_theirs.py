@@ -278,33 +278,10 @@ RECIPES = [
     ),
 ]
 
-# Where the rule does not hold today: the test must fail (strict xfail), for this reason.
-_NAMES_READER_VERSION = (
-    "refused, but UnsupportedProtocolError.features is ['readerVersion2'], not columnMapping"
-    " (Delta Spark writes reader version 2 with writer version 7 and writer features)"
-)
-_LANDS = (
-    "engine: Table.append lands on a table whose writer features eventlog does not implement"
-    " ({}); the protocol is checked only when a concurrent winner changes it"
-    " (eventlog/txn/conflicts.py _check_protocol), never against the read snapshot"
-)
-KNOWN_DIFFERENCES = {
-    ("read", "columnMapping-name"): _NAMES_READER_VERSION,
-    ("read", "columnMapping-id"): _NAMES_READER_VERSION,
-    ("write", "columnMapping-name"): _NAMES_READER_VERSION,
-    ("write", "columnMapping-id"): _NAMES_READER_VERSION,
-    ("write", "changeDataFeed"): _LANDS.format("changeDataFeed"),
-    ("write", "checkConstraints"): _LANDS.format("writerVersion3: CHECK constraints not enforced"),
-    ("write", "generatedColumns"): _LANDS.format("generatedColumns: generation expressions not enforced"),
-    ("write", "identityColumns"): _LANDS.format("identityColumns: identity values not generated"),
-    ("write", "rowTracking"): _LANDS.format("rowTracking: no baseRowId, no row-id high-water mark"),
-    ("write", "clustering"): _LANDS.format("clustering"),
-    ("write", "v2Checkpoint"): _LANDS.format("v2Checkpoint: our checkpoints are classic"),
-    ("write", "checkpointProtection"): _LANDS.format("checkpointProtection"),
-    ("write", "inCommitTimestamp"): _LANDS.format("inCommitTimestamp")
-    + "; our commitInfo has no inCommitTimestamp, so Delta Spark's DESCRIBE HISTORY then fails"
-    " with DELTA_MISSING_COMMIT_TIMESTAMP",
-}
+# Where the rule does not hold: (kind, recipe id) -> reason; the test must fail (strict xfail).
+# Empty since the feature registry (eventlog.snapshot.features) refuses by name every feature a
+# write cannot honour and names columnMapping for reader version 2.
+KNOWN_DIFFERENCES: dict[tuple[str, str], str] = {}
 
 
 def _params(kind: str) -> list[Any]:
@@ -450,7 +427,8 @@ def test_our_appends_to_delta_spark_tables_land_or_are_refused_naming_the_featur
         assert named, refused
         return
     problems = []
-    unsupported = writer_missing(table.snapshot().protocol)
+    snapshot = table.snapshot()
+    unsupported = writer_missing(snapshot.protocol, snapshot.metadata)
     if unsupported:
         problems.append(f"landed on a table with writer features eventlog does not implement: {unsupported}")
     try:
