@@ -245,6 +245,12 @@ class CommitLog:
             self._cache(commit)
             self._published = max(self._published, commit.version)
 
+    def forget_through(self, version: int) -> None:
+        """Drop cached commits up to ``version`` (log cleanup deleted their files)."""
+        with self._lock:
+            for cached in [v for v in self._commits if v <= version]:
+                del self._commits[cached]
+
     def commit_digest(self, version: int) -> str | None:
         """SHA-256 of commit ``version``'s file bytes (what the next commit chains to), from
         the cache of commits this process read or published, else read; None below 0."""

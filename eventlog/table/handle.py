@@ -387,7 +387,9 @@ class Table:
         version = write_snapshot_checkpoint(self.log, snap, tombstone_horizon_ms=horizon, chain_head=head)
         cutoff = cleanup_cutoff_ms(snap.properties)
         if cutoff is not None:
-            cleanup_expired_logs(self.log, version, cutoff)
+            deleted = LogStore.commit_versions(cleanup_expired_logs(self.log, version, cutoff))
+            if deleted:
+                self.commitlog.forget_through(deleted[-1])  # history() must not list them
         return version
 
     # ------------------------------------------------------------------ operations

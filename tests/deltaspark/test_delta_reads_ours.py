@@ -198,12 +198,6 @@ def test_delta_spark_reads_after_our_log_cleanup(spark: Any, tmp_path: Path) -> 
         delta_arrow(spark, t.uri, 4)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="engine: the handle that ran the log cleanup still lists the deleted versions 0..4 in "
-    "history() (its commit cache); a fresh Table.open and Delta Spark list [6, 5]",
-)
 def test_history_of_the_handle_that_cleaned_the_log_matches_delta_spark(spark: Any, tmp_path: Path) -> None:
     t = _cleaned_table(tmp_path)
     assert [(h["version"], h["operation"]) for h in t.history()] == delta_history(spark, t.uri)

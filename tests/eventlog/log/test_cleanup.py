@@ -56,6 +56,7 @@ def test_expired_commits_below_the_checkpoint_go_and_audits_start_after_them(tmp
         t.snapshot(3)
     report = Table.open(t.uri).verify()
     assert report.ok and report.checked_from == 6
+    assert [h["version"] for h in t.history()] == [6]  # the handle that cleaned up, too
     replay = Table.open(t.uri).replay()
     assert (replay.from_checkpoint, replay.start_version) == (6, 7)
     assert list(replay) == [] and replay.final is not None and replay.final.version == 6
