@@ -8,13 +8,13 @@ The session overrides the suite's ``spark`` fixture in this package.
 from __future__ import annotations
 
 import json
-import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.spark import local_session
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 JARS_LIST = ROOT / ".cache" / "deltaspark-jars" / "jars.txt"
@@ -36,30 +36,17 @@ def delta_jars() -> list[str]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """A local[2] SparkSession with Delta Spark's SQL extension and catalog."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("eventlog-deltaspark-tests")
-        .config("spark.jars", ",".join(delta_jars()))
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .config("spark.sql.shuffle.partitions", "2")
+    config = {
+        "spark.jars": ",".join(delta_jars()),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.shuffle.partitions": "2",
         # Delta's snapshot state is shuffled into 50 partitions by default: 2 suit tiny tables.
-        .config("spark.databricks.delta.snapshotPartitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    try:
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.ui.showConsoleProgress": "false",
+    }
+    with local_session("eventlog-deltaspark-tests", **config) as session:
         yield session
-    finally:
-        session.stop()
 
 
 class FeatureResults:

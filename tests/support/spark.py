@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -11,28 +12,39 @@ from typing import Any
 import pytest
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """A local[2] SparkSession with Python filter pushdown enabled (needs Java 17)."""
+@contextlib.contextmanager
+def local_session(app_name: str, **config: str) -> Iterator[Any]:
+    """A local[2] SparkSession for a test run (UI off, UTC, 1 GiB driver, errors-only logs)
+    with ``config`` on top; stopped on exit."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    session = (
+    builder = (
         SparkSession.builder.master("local[2]")
-        .appName("eventlog-tests")
-        .config("spark.sql.python.filterPushdown.enabled", "true")
-        .config("spark.sql.shuffle.partitions", "4")
+        .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "1g")
-        .getOrCreate()
     )
+    for key, value in config.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     try:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """A local[2] SparkSession with Python filter pushdown enabled (needs Java 17)."""
+    with local_session(
+        "eventlog-tests",
+        **{"spark.sql.python.filterPushdown.enabled": "true", "spark.sql.shuffle.partitions": "4"},
+    ) as session:
+        yield session
 
 
 def write_from_four_threads(spark: Any, uri: str, **options: str) -> list[int]:
