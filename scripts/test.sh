@@ -12,5 +12,6 @@ cd "$(dirname "$0")/.."
 .venv/bin/lint-imports
 .venv/bin/pytest -q "$@"
 .venv-delta/bin/pytest -q tests/deltaspark
-# The README's Delta Spark feature table must be the one this run of the peer tests produced.
+# The README's Delta Spark tables (features, conflicts) must be the ones this run of the peer tests produced.
 .venv/bin/python -m scripts.deltaspark_features --check README.md
+.venv/bin/python -m scripts.deltaspark_conflicts --check README.md
