@@ -10,6 +10,7 @@ epoch milliseconds. Actions this library does not model (``cdc``, ``checkpointMe
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -293,6 +294,29 @@ class AddFile:
             deletion_vector=DeletionVectorDescriptor.from_json(dv) if dv else None,
             base_row_id=d.get("baseRowId"),
             default_row_commit_version=d.get("defaultRowCommitVersion"),
+        )
+
+    def with_deletion_vector(
+        self, dv: DeletionVectorDescriptor, *, modification_time: int | None = None, data_change: bool = True
+    ) -> AddFile:
+        """This file with ``dv`` attached, as a DML commit adds it.
+
+        Its statistics describe every physical row, deleted ones included, so they are marked
+        ``"tightBounds": false`` (the protocol's wide bounds), which Delta Spark requires of an
+        ``add`` whose deletion vector a DML command wrote.
+        """
+        stats = self.stats
+        if stats is not None:
+            parsed = orjson.loads(stats)
+            if parsed.get("tightBounds") is not False:
+                parsed["tightBounds"] = False
+                stats = orjson.dumps(parsed).decode()
+        return dataclasses.replace(
+            self,
+            deletion_vector=dv,
+            data_change=data_change,
+            stats=stats,
+            modification_time=self.modification_time if modification_time is None else modification_time,
         )
 
     def remove(self, timestamp: int, *, data_change: bool = True) -> RemoveFile:

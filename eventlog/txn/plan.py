@@ -275,9 +275,7 @@ class PlanBuilder:
             self._removes.append(add.remove(now))
             dv = by_path.get(add.path)
             if dv is not None:
-                self._adds.append(
-                    dataclasses.replace(add, deletion_vector=dv, data_change=True, modification_time=now)
-                )
+                self._adds.append(add.with_deletion_vector(dv, modification_time=now))
             self._dv_updates[add.path] = DvUpdate(add.path, num_rows, add.key[1], base, deleted)
 
     def record_compaction(self, sources: Sequence[CompactionSource]) -> None:

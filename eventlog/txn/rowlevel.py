@@ -156,7 +156,9 @@ class _Work:
             current = self.adds[path]
             prior = self.updates.get(path)
             deleted = FrozenBitMap64((prior.deleted if prior else FrozenBitMap64()) | rows)
-            self.adds[path] = dataclasses.replace(current, deletion_vector=inline_descriptor(deleted))
+            self.adds[path] = current.with_deletion_vector(
+                inline_descriptor(deleted), data_change=current.data_change
+            )
             self.updates[path] = DvUpdate(path, num_rows, None, FrozenBitMap64(), deleted)
             return
         prior = self.updates.get(path)
@@ -168,11 +170,8 @@ class _Work:
         if upd.removes_file:
             self.adds.pop(path, None)
         else:
-            self.adds[path] = dataclasses.replace(
-                target,
-                deletion_vector=inline_descriptor(deleted),
-                data_change=True,
-                modification_time=self.now,
+            self.adds[path] = target.with_deletion_vector(
+                inline_descriptor(deleted), modification_time=self.now
             )
 
 
@@ -186,8 +185,8 @@ def _merge_dv_update(work: _Work, upd: DvUpdate, win_add: AddFile, win_bits: Abs
     if rebased.removes_file:
         work.adds.pop(upd.path, None)
     else:
-        work.adds[upd.path] = dataclasses.replace(
-            win_add, deletion_vector=inline_descriptor(merged), data_change=True, modification_time=work.now
+        work.adds[upd.path] = win_add.with_deletion_vector(
+            inline_descriptor(merged), modification_time=work.now
         )
     work.excluded.add(upd.path)
 

@@ -18,10 +18,8 @@ Delta Spark: its transaction API over py4j, as its own conflict-checker tests do
   files are copied next to Delta's table. commitInfo is left out (Delta writes its own), and a
   metadata change goes through ``updateMetadata`` (``updateMetadataForNewTable`` for a create),
   as Delta's ALTER TABLE and CREATE TABLE do, so Delta derives the protocol upgrade itself.
-* One adaptation: Delta's DML operations refuse an ``add`` carrying a deletion vector unless its
-  statistics say ``"tightBounds": false``
-  (DELTA_ADDING_DELETION_VECTORS_WITH_TIGHT_BOUNDS_DISALLOWED); ours keep the file's original
-  statistics without that key, so it is added before Delta sees them.
+* No adaptation: our DV ``add`` actions carry ``"tightBounds": false`` statistics, which Delta's
+  DML operations require (DELTA_ADDING_DELETION_VECTORS_WITH_TIGHT_BOUNDS_DISALLOWED).
 * Operations: the ``DeltaOperations`` of the command (Write in append mode, Delete, Update,
   Merge, Optimize with or without zOrderBy, SetTableProperties, CreateTable), which decide
   Delta's blind-append and snapshot-isolation (OPTIMIZE) handling with the actions.
@@ -333,11 +331,6 @@ class DeltaPeer:
             obj = json.loads(line)
             if "commitInfo" in obj or "protocol" in obj:
                 continue
-            add = obj.get("add")
-            if add is not None and add.get("deletionVector") and add.get("stats"):
-                stats = json.loads(add["stats"])
-                stats["tightBounds"] = False
-                add["stats"] = json.dumps(stats)
             a = action.fromJson(json.dumps(obj))
             if "metaData" in obj:
                 metadata = a

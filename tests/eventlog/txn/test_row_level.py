@@ -45,6 +45,9 @@ def test_delete_writes_a_deletion_vector_that_delta_rs_reads(local_uri: str) -> 
     assert set(t.files()) == files_before  # no file was rewritten
     adds = t.snapshot().add_files
     assert sorted(a.deletion_vector.cardinality for a in adds if a.deletion_vector) == [1, 1]
+    # Their statistics still count the deleted rows: wide bounds, as Delta Spark requires.
+    stats = [a.parsed_stats() for a in adds if a.deletion_vector]
+    assert [(s["numRecords"], s["tightBounds"]) for s in stats if s] == [(4, False), (4, False)]
     assert t.snapshot().protocol.reader_features == ("deletionVectors",)
     assert sorted_ids(t) == [1, 3, 4, 5, 6, 8]
     dt = deltalake.DeltaTable(local_uri)
@@ -191,6 +194,9 @@ def test_three_stacked_disjoint_deletes_all_commit(local_uri: str) -> None:
     assert sorted_ids(t) == [4, 5, 6, 7, 8]
     dv = [a.deletion_vector for a in t.snapshot().add_files if a.deletion_vector is not None]
     assert [d.cardinality for d in dv] == [3]
+    # Rebased over the winners' deletion vectors, the statistics stay wide.
+    (merged,) = [a for a in t.snapshot().add_files if a.deletion_vector is not None]
+    assert (merged.parsed_stats() or {})["tightBounds"] is False
 
 
 def test_partitioned_dv_tables_keep_file_level_rules(local_uri: str) -> None:
