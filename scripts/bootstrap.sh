@@ -64,3 +64,8 @@ if [ ! -f /usr/share/java/zookeeper.jar ] && [ "${EVENTLOG_SKIP_APT:-0}" != 1 ];
     log "apt-get not found: install ZooKeeper yourself for the ZooKeeper tests"
   fi
 fi
+
+# hadoop-aws and the AWS SDK modules S3A needs, from Maven into .cache/hadoopaws-jars, for
+# native Spark scans of s3:// tables (the suite's SparkSession puts them on spark.jars).
+# Skipped when already resolved for this pom and this pyspark.
+VENV="$VENV" ./scripts/bootstrap_s3a.sh

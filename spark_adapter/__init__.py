@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from spark_adapter.datasource import EventlogDataSource, activate
     from spark_adapter.native import read_table
     from spark_adapter.reader import EventlogReader, FilesPartition, PruningReader, ScanSource
+    from spark_adapter.s3a import s3a_jars
     from spark_adapter.table import EventlogTable
     from spark_adapter.writer import EventlogCommitMessage, EventlogWriter, WritePlan
 
@@ -35,6 +36,7 @@ _EXPORTS = {
     "EventlogDataSource": "spark_adapter.datasource",
     "activate": "spark_adapter.datasource",
     "read_table": "spark_adapter.native",
+    "s3a_jars": "spark_adapter.s3a",
     "EventlogReader": "spark_adapter.reader",
     "FilesPartition": "spark_adapter.reader",
     "PruningReader": "spark_adapter.reader",
@@ -56,6 +58,7 @@ __all__ = [
     "WritePlan",
     "activate",
     "read_table",
+    "s3a_jars",
 ]
 
 

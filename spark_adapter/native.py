@@ -17,13 +17,14 @@ Spark's vectorized Parquet reader, so no row passes through Python:
   ``_metadata.row_index`` against it. Files without a DV are read by another scan that
   pays nothing for it.
 
-Where Spark's Hadoop layer has no filesystem for the table's scheme (``memory://``, or an
-object store without its connector: ``s3://`` here, where Spark ships no ``hadoop-aws``),
-and whenever the table comes with fsspec ``storage_options`` (Hadoop cannot take them),
-``read_table``, ``EventlogTable.toDF`` and DML reads fall back to the ``eventlog`` Python
-data source (Python tasks read the files with fsspec, the options passed as its
-``storageOptions``), with one INFO log line. Object-store tables are therefore never
-scanned natively by this module.
+``s3://`` tables are scanned through S3A when ``hadoop-aws`` is on Spark's classpath: the
+table's fsspec ``storage_options`` become S3A settings given to that read only
+(:mod:`spark_adapter.s3a`). Where Spark's Hadoop layer has no filesystem for the table's
+scheme (``memory://``, or ``s3://`` without ``hadoop-aws``), where a table on another scheme
+comes with ``storage_options``, or where an option has no S3A equivalent, ``read_table``,
+``EventlogTable.toDF`` and DML reads fall back to the ``eventlog`` Python data source (Python
+tasks read the files with fsspec, the options passed as its ``storageOptions``), with one
+INFO log line naming the reason (option keys, never values).
 """
 
 from __future__ import annotations
@@ -54,8 +55,9 @@ from eventlog.log.filetable import add_files
 from eventlog.log.location import TableLocation
 from eventlog.snapshot import Snapshot
 from eventlog.table import Table
-from spark_adapter import jvm_reader
+from spark_adapter import jvm_reader, s3a
 from spark_adapter.native_dv import distinct_sizes, dv_filter, dv_scans, size_lookup
+from spark_adapter.s3a import HadoopTarget
 from spark_adapter.types import activate_session, nullable_schema, storage_spark_options
 
 __all__ = [
@@ -66,7 +68,7 @@ __all__ = [
     "native_enabled",
     "tagged_rows",
     "hadoop_uri",
-    "native_root",
+    "native_target",
     "read_table",
     "snapshot_dataframe",
 ]
@@ -123,14 +125,9 @@ def snapshot_dataframe(
     open the files, else through the Python data source (one INFO log line says so)."""
     location = TableLocation.of(location)
     scan = NativeScan(spark, location, snapshot, where)
-    root = native_root(spark, location)
-    if root is None or not native_enabled(spark):
-        if root is not None:
-            why = f"{NATIVE_CONF} is false"
-        elif location.options:
-            why = "it has storage options, which Spark's Hadoop layer cannot take"
-        else:
-            why = "Spark's Hadoop layer cannot open its scheme"
+    target = native_target(spark, location)
+    if isinstance(target, str) or not native_enabled(spark):
+        why = f"{NATIVE_CONF} is false" if isinstance(target, HadoopTarget) else target
         log.info(
             "native read of %s off (%s): reading version %d through the eventlog Python data source",
             location.uri,
@@ -138,16 +135,21 @@ def snapshot_dataframe(
             snapshot.version,
         )
         return scan.python_source(slots)
-    return scan.dataframe(root)
+    return scan.dataframe(target)
 
 
-def native_root(spark: SparkSession, location: TableLocation) -> str | None:
-    """The Hadoop URI Spark's Parquet reader scans ``location`` by, or None when it cannot:
-    no Hadoop FileSystem for the scheme, or fsspec storage options (which only the Python
-    data source's tasks can use)."""
+def native_target(spark: SparkSession, location: TableLocation) -> HadoopTarget | str:
+    """Where Spark's Parquet reader scans ``location`` (its Hadoop root URI and the reader
+    options that reach it), or why it cannot: no Hadoop FileSystem for the scheme, or fsspec
+    storage options with no Hadoop equivalent (those only the Python data source's tasks can
+    use). ``s3://`` options are translated by :func:`spark_adapter.s3a.s3a_target`."""
     if location.options:
-        return None
-    return hadoop_uri(spark, location.uri)
+        return s3a.s3a_target(spark, location)
+    scheme = urlparse(location.uri).scheme
+    if scheme in ("s3", "s3a") and not s3a.s3a_available(spark):
+        return "hadoop-aws (S3A) is not on Spark's classpath"
+    root = hadoop_uri(spark, location.uri)
+    return "Spark's Hadoop layer cannot open its scheme" if root is None else HadoopTarget(root)
 
 
 def hadoop_uri(spark: SparkSession, uri: str) -> str | None:
@@ -219,7 +221,7 @@ class NativeScan:
 
     # ------------------------------------------------------------------ native
 
-    def dataframe(self, root: str, tags: Tags | None = None) -> DataFrame:
+    def dataframe(self, target: HadoopTarget, tags: Tags | None = None) -> DataFrame:
         """The live rows of the planned files, in table column order; with ``tags``, also
         each row's file id and physical row position (DML's read, :func:`tagged_rows`)."""
         log.info(
@@ -246,47 +248,48 @@ class NativeScan:
             groups.setdefault(key, []).append(f)
         if not self.partition_columns or len(groups) <= MAX_PARTITION_SCANS:
             frames = [
-                self._with_literals(self._live_rows(root, files, tags), key, tags)
+                self._with_literals(self._live_rows(target, files, tags), key, tags)
                 for key, files in groups.items()
             ]
         else:
-            frames = [self._with_joined_values(root, tags)]
+            frames = [self._with_joined_values(target, tags)]
         return self._filtered(reduce(DataFrame.union, frames, empty))
 
     def _filtered(self, df: DataFrame) -> DataFrame:
         return df if self.where is None else df.where(F.expr(self.where))
 
-    def _read(self, root: str, files: Sequence[AddFile]) -> DataFrame:
-        paths = [file_uri(root, f.path) for f in files]
+    def _read(self, target: HadoopTarget, files: Sequence[AddFile]) -> DataFrame:
+        paths = [file_uri(target.root, f.path) for f in files]
+        # __globPaths__: a file name is a name, not a pattern ("[", "*", "?" are legal).
+        reader = self.spark.read.schema(self.data_schema).option("__globPaths__", "false")
         try:
-            # __globPaths__: a file name is a name, not a pattern ("[", "*", "?" are legal).
-            return self.spark.read.schema(self.data_schema).option("__globPaths__", "false").parquet(*paths)
+            return reader.options(**target.options).parquet(*paths)
         except AnalysisException as exc:
             if "PATH_NOT_FOUND" not in str(exc):
                 raise
             missing = str(exc).split("Path does not exist:", 1)[-1].strip().split(" ", 1)[0].rstrip(".")
             raise DataFileNotFoundError(self.uri, missing, self.snapshot.version) from exc
 
-    def _live_rows(self, root: str, files: Sequence[AddFile], tags: Tags | None) -> DataFrame:
+    def _live_rows(self, target: HadoopTarget, files: Sequence[AddFile], tags: Tags | None) -> DataFrame:
         """Data columns (and ``tags``) of the live rows of ``files`` (deletion vectors applied)."""
         plain = [f for f in files if f.deletion_vector is None]
         # Tags tell files apart by size: each scan's files must differ in it.
         chunks = (distinct_sizes(plain) if tags is not None else [plain]) if plain else []
-        frames = [(chunk, self._read(root, chunk)) for chunk in chunks]
+        frames = [(chunk, self._read(target, chunk)) for chunk in chunks]
         with_dv = [f for f in files if f.deletion_vector is not None]
-        jvm = self._jvm_dv_read(root, with_dv) if with_dv and tags is None else None
+        jvm = self._jvm_dv_read(target, with_dv) if with_dv and tags is None else None
         if jvm is not None:
             frames.append((with_dv, jvm))
         else:
             for chunk in dv_scans(self.fs, self.root, files):
-                frames.append((chunk, self._read(root, chunk).where(dv_filter(self.fs, self.root, chunk))))
+                frames.append((chunk, self._read(target, chunk).where(dv_filter(self.fs, self.root, chunk))))
         names = [_col(n) for n in self.data_schema.fieldNames()]
         return reduce(
             DataFrame.union,
             [df.select(*names, *(tags.columns(chunk) if tags is not None else [])) for chunk, df in frames],
         )
 
-    def _jvm_dv_read(self, root: str, files: Sequence[AddFile]) -> DataFrame | None:
+    def _jvm_dv_read(self, target: HadoopTarget, files: Sequence[AddFile]) -> DataFrame | None:
         """``files`` (all with a DV) through :mod:`spark_adapter.jvm_reader`, or None where it
         cannot serve: no JDK, columns it cannot compact, or file names that collide."""
         if not jvm_reader.supports(self.data_schema) or not jvm_reader.usable(self.spark):
@@ -294,9 +297,9 @@ class NativeScan:
         options = jvm_reader.dv_options(self.fs, self.root, files)
         if options is None:
             return None
-        paths = [file_uri(root, f.path) for f in files]
+        paths = [file_uri(target.root, f.path) for f in files]
         try:
-            return jvm_reader.read(self.spark, self.data_schema, paths, options)
+            return jvm_reader.read(self.spark, self.data_schema, paths, {**target.options, **options})
         except AnalysisException as exc:
             if "PATH_NOT_FOUND" not in str(exc):
                 raise
@@ -313,10 +316,11 @@ class NativeScan:
 
         return df.select(*[column(f) for f in self.schema.fields], *_tag_names(tags))
 
-    def _with_joined_values(self, root: str, tags: Tags | None) -> DataFrame:
+    def _with_joined_values(self, target: HadoopTarget, tags: Tags | None) -> DataFrame:
         """All files in one scan; partition values joined on ``_metadata.file_path``."""
-        rows = self._live_rows(root, self.files, tags).withColumn(_PATH_COL, F.col("_metadata.file_path"))
-        qualified = _qualified_paths(self.spark, [file_uri(root, f.path) for f in self.files])
+        rows = self._live_rows(target, self.files, tags).withColumn(_PATH_COL, F.col("_metadata.file_path"))
+        paths = [file_uri(target.root, f.path) for f in self.files]
+        qualified = _qualified_paths(self.spark, paths, target.options)
         fields = [self.schema[c] for c in self.partition_columns]
         table = self.arrow_schema
         carriers = [
@@ -371,13 +375,13 @@ def tagged_rows(
 ) -> DataFrame | None:
     """Live rows of ``files`` (id, file) with their file id and physical position, read
     natively; None when the session disables native reads or Spark cannot open the files
-    (see :func:`native_root`)."""
-    root = native_root(spark, location)
-    if root is None or snapshot is None or not native_enabled(spark):
+    (see :func:`native_target`)."""
+    target = native_target(spark, location)
+    if isinstance(target, str) or snapshot is None or not native_enabled(spark):
         return None
     scan = NativeScan(spark, location, snapshot, files=[f for _, f in files], schema_string=schema_string)
     tags = Tags({f.path: fid for fid, f in files}, file_column, position_column)
-    return scan.dataframe(root, tags)
+    return scan.dataframe(target, tags)
 
 
 def native_enabled(spark: SparkSession) -> bool:
@@ -397,6 +401,9 @@ def file_uri(root: str, path: str) -> str:
     parsed = urlparse(path)
     if parsed.scheme:
         scheme = _SCHEMES.get(parsed.scheme, parsed.scheme)
+        read_scheme = root.split("://", 1)[0]
+        if scheme == "s3a" and read_scheme.startswith("s3a-"):  # this read's S3A options
+            scheme = read_scheme
         rest = unquote(path.split(":", 1)[1])
         return f"{scheme}:{rest}"
     return f"{root.rstrip('/')}/{unquote(path)}"
@@ -405,8 +412,9 @@ def file_uri(root: str, path: str) -> str:
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9._-]+")  # a file name no URI encoding can change
 
 
-def _qualified_paths(spark: SparkSession, paths: Sequence[str]) -> list[str]:
-    """``_metadata.file_path`` as Spark will report it for each Hadoop path.
+def _qualified_paths(spark: SparkSession, paths: Sequence[str], options: Mapping[str, str] = {}) -> list[str]:
+    """``_metadata.file_path`` as Spark will report it for each Hadoop path (read with the
+    reader ``options``, which reach the file system as they do in Spark's scan).
 
     The JVM qualifies each distinct directory once (a call per partition, not per file);
     a file name of plain characters is then appended as it is, and any other file name is
@@ -414,6 +422,10 @@ def _qualified_paths(spark: SparkSession, paths: Sequence[str]) -> list[str]:
     """
     jvm: Any = spark.sparkContext._jvm
     conf = spark.sparkContext._jsc.hadoopConfiguration()
+    if options:  # a copy: the session's configuration stays as it is
+        conf = jvm.org.apache.hadoop.conf.Configuration(conf)
+        for key, value in options.items():
+            conf.set(key, value)
 
     def qualify(path: str) -> str:
         hp = jvm.org.apache.hadoop.fs.Path(path)

@@ -39,10 +39,18 @@ def local_session(app_name: str, **config: str) -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """A local[2] SparkSession with Python filter pushdown enabled (needs Java 17)."""
+    """A local[2] SparkSession with Python filter pushdown enabled (needs Java 17), and S3A
+    (``hadoop-aws`` and the AWS SDK, resolved by ``scripts/bootstrap_s3a.sh``) on its
+    classpath, so ``s3://`` tables are scanned natively (``tests/spark/test_native_s3.py``)."""
+    from spark_adapter import s3a_jars
+
     with local_session(
         "eventlog-tests",
-        **{"spark.sql.python.filterPushdown.enabled": "true", "spark.sql.shuffle.partitions": "4"},
+        **{
+            "spark.sql.python.filterPushdown.enabled": "true",
+            "spark.sql.shuffle.partitions": "4",
+            "spark.jars": ",".join(s3a_jars()),
+        },
     ) as session:
         yield session
 

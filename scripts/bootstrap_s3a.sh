@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Idempotent set-up of S3A for native Spark scans of s3:// tables (spark_adapter/s3a.py):
+# hadoop-aws and the AWS SDK v2 modules it needs, resolved by Maven from jvm/hadoopaws/pom.xml
+# into .cache/hadoopaws-jars (outside git), less every jar whose artifact pyspark already
+# ships (pyspark's wins: hadoop-client-*, netty, httpclient...). .cache/hadoopaws-jars/jars.txt
+# lists the ones to put on spark.jars (spark_adapter.s3a_jars() reads it).
+# Skipped when already done for this pom and this pyspark; Maven comes from Debian when missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv}
+POM=jvm/hadoopaws/pom.xml
+CACHE=${EVENTLOG_S3A_JARS:-.cache/hadoopaws-jars}
+
+log() { echo "bootstrap_s3a: $*" >&2; }
+
+pyspark_jars="$("$VENV/bin/python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"
+jar_stamp="$CACHE/.resolved"
+jar_want="$(sha256sum "$POM" | cut -d' ' -f1) $(ls "$pyspark_jars" | sha256sum | cut -d' ' -f1)"
+if [ -f "$jar_stamp" ] && [ "$(cat "$jar_stamp")" = "$jar_want" ] && [ -f "$CACHE/jars.txt" ]; then
+  exit 0
+fi
+
+# hadoop-aws must be the version of pyspark's Hadoop client (S3A calls into hadoop-common).
+hadoop_api="$(ls "$pyspark_jars" | sed -n 's/^hadoop-client-api-\(.*\)\.jar$/\1/p')"
+pom_hadoop="$(sed -n 's:.*<hadoop.version>\(.*\)</hadoop.version>.*:\1:p' "$POM")"
+if [ "$hadoop_api" != "$pom_hadoop" ]; then
+  log "pyspark ships hadoop-client-api $hadoop_api but $POM asks for hadoop-aws $pom_hadoop: update the pom"
+  exit 1
+fi
+
+if ! command -v mvn >/dev/null; then
+  if [ "${EVENTLOG_SKIP_APT:-0}" = 1 ] || ! command -v apt-get >/dev/null; then
+    log "mvn not found: install Maven for hadoop-aws (native s3:// scans)"
+    exit 1
+  fi
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  log "installing Debian package maven"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get install -y -q maven >&2 || { $sudo apt-get update -q >&2 && $sudo apt-get install -y -q maven >&2; }
+fi
+
+log "resolving hadoop-aws $pom_hadoop and the AWS SDK modules with Maven ($POM) into $CACHE"
+rm -rf "$CACHE"
+mkdir -p "$CACHE/maven"
+mvn -q -B -f "$POM" dependency:copy-dependencies -DincludeScope=runtime \
+  -DoutputDirectory="$PWD/$CACHE/maven" >&2
+"$VENV/bin/python" - "$PWD/$CACHE" "$pyspark_jars" <<'PY'
+"""Split the resolved jars: those whose artifact pyspark ships are left out (two versions of
+one class on the classpath: pyspark's is the one Spark is built and tested with)."""
+
+import os
+import re
+import sys
+
+cache, pyspark_jars = sys.argv[1], sys.argv[2]
+
+
+def artifact(jar: str) -> str:
+    match = re.match(r"^(.+?)-\d[^/]*\.jar$", jar)
+    return match.group(1) if match else jar
+
+
+shipped = {artifact(j): j for j in os.listdir(pyspark_jars) if j.endswith(".jar")}
+keep, drop = [], []
+for jar in sorted(os.listdir(os.path.join(cache, "maven"))):
+    if not jar.endswith(".jar"):
+        continue
+    name = artifact(jar)
+    if name in shipped or name.startswith("hadoop-client-"):
+        drop.append(f"{jar}\tpyspark ships {shipped.get(name, 'hadoop-client-api/runtime')}")
+    else:
+        keep.append(os.path.join(cache, "maven", jar))
+if not any(os.path.basename(j).startswith("hadoop-aws-") for j in keep):
+    sys.exit("bootstrap_s3a: Maven resolved no hadoop-aws jar")
+with open(os.path.join(cache, "excluded.txt"), "w") as f:
+    f.write("".join(line + "\n" for line in drop))
+with open(os.path.join(cache, "jars.txt"), "w") as f:
+    f.write("".join(path + "\n" for path in keep))
+PY
+echo "$jar_want" > "$jar_stamp"
+log "$(wc -l < "$CACHE/jars.txt") jars for spark.jars ($(cat $(cat "$CACHE/jars.txt") | wc -c) bytes), $(wc -l < "$CACHE/excluded.txt") left to pyspark"
