@@ -103,3 +103,22 @@ def test_eventlog_imports_without_kazoo_or_pyspark() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_every_public_error_is_exported() -> None:
+    """Users catch our errors by importing them from ``eventlog``: each public one is there."""
+    import inspect
+
+    import eventlog
+    import eventlog.errors
+
+    public = {
+        name
+        for name, obj in vars(eventlog.errors).items()
+        if inspect.isclass(obj)
+        and issubclass(obj, Exception)
+        and not name.startswith("_")
+        and obj.__module__ == "eventlog.errors"
+    }
+    assert public - set(eventlog.__all__) == set()
+    assert all(getattr(eventlog, name) is getattr(eventlog.errors, name) for name in public)

@@ -120,6 +120,7 @@ def verify(
         missing = next((v for v in range(first, last + 1) if v not in present), None)
         if first > 0:
             state.prev_digest = read_chain_head(log.fs, log.log_dir, first - 1)
+            state.guarded = commitlog.slots.get(commitlog.key, first - 1) is not None
             notes.append(
                 f"commits before version {first} were cleaned up: verified from version {first}"
                 + ("" if state.prev_digest else " (no checkpoint chain head before it)")
@@ -159,6 +160,10 @@ class _Walk:
         self.first_unanchored: int | None = None
         self.allow_unguarded = allow_unguarded
         self.unguarded: list[tuple[int, str]] = []  # (version, engine) of other writers' commits
+        # A slot granted an earlier version: from there on, a commit no slot granted is another
+        # writer's even before the hash chain begins (e.g. another engine's log cleanup removed
+        # every chained commit of ours, slot records staying).
+        self.guarded = False
         self.prev_version = -1
         self.seen: dict[str, int] = {}  # file digest -> version
         self.chained_from: int | None = None
@@ -174,7 +179,7 @@ class _Walk:
         record = self.commitlog.slots.get(self.commitlog.key, version)
         anchor = record.claim.digest if record is not None else None
         if fields is None:
-            if self.chained_from is not None or anchor is not None:
+            if self.chained_from is not None or anchor is not None or (record is None and self.guarded):
                 self._check_unchained(version, data, record)
         else:
             if self.chained_from is None:
@@ -196,6 +201,7 @@ class _Walk:
             self.lost_file_digest = None
             if repair is not None:
                 self._check_repair(version, repair)
+        self.guarded = self.guarded or record is not None
         own = sha256(data)
         self.seen[own] = version
         self.prev_digest, self.prev_version = own, version

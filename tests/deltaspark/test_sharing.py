@@ -1,4 +1,4 @@
-"""Sharing a table with Delta Spark: its maintenance (OPTIMIZE, checkpoints, VACUUM, RESTORE)
+"""Sharing a table with Delta Spark: its maintenance (OPTIMIZE, checkpoints, log cleanup, VACUUM, RESTORE)
 and its writes on our table leave our machinery intact; our writers go on after it, the slot
 store catching up to versions it never granted; ``verify`` reports its commits as
 ``unguarded``, naming the engine; and our writers never overwrite its commits."""
@@ -6,12 +6,13 @@ store catching up to versions it never granted; ``verify`` reports its commits a
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from eventlog import Table
+from eventlog import Table, VersionNotFoundError
 from eventlog.log.audit import read_audit
 from tests.conftest import SCHEMA, rows
 from tests.deltaspark.peer import delta_arrow, delta_history, same_rows
@@ -109,3 +110,43 @@ def test_our_writer_never_overwrites_a_delta_spark_commit(spark: Any, tmp_path: 
     assert report.ok and report.unguarded[0][0] == contested
     # Our lost claim of that version is accounted for: its transaction committed later.
     assert writer.slots.get(writer.key, contested).claim.txn_id == result.txn_id  # type: ignore[union-attr]
+
+
+def test_delta_spark_log_cleanup_on_our_table(spark: Any, tmp_path: Path) -> None:
+    """Delta Spark's metadata cleanup (after its checkpoint, commits older than
+    ``delta.logRetentionDuration``, counted in whole days) removes our commits; we read from
+    its checkpoint, our writers go on above it, and ``verify`` still tells its commits apart
+    although no chained commit of ours is left before them."""
+    path = str(tmp_path / "t")
+    t = Table.create(path, SCHEMA)
+    for i in range(1, 5):
+        t.append(rows([i]))
+    ours_last = t.version
+    log_dir = Path(path) / "_delta_log"
+    ten_days_ago = time.time() - 10 * 86400
+    for f in log_dir.iterdir():
+        os.utime(f, (ten_days_ago, ten_days_ago))
+    # Delta's shortest log retention is the deleted-file retention, 7 days.
+    spark.sql(
+        f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
+        "('delta.checkpointInterval' = '1', 'delta.logRetentionDuration' = 'interval 7 days')"
+    )
+    cleaned = ours_last + 1  # their ALTER TABLE checkpointed, then cleaned up everything before it
+    assert sorted(n for n in os.listdir(log_dir) if n.endswith(".json")) == [f"{cleaned:020d}.json"]
+
+    reader = Table.open(path)
+    assert reader.version == cleaned
+    assert sorted(reader.to_arrow().column("id").to_pylist()) == [1, 2, 3, 4]
+    with pytest.raises(VersionNotFoundError):
+        reader.snapshot(version=ours_last)
+
+    report = Table.handle(path).verify()
+    assert (report.ok, report.problem, report.first_bad_version) == (False, "unguarded", cleaned)
+    result = Table.open(path).append(rows([5]))
+    assert result.version == cleaned + 1
+    allowed = Table.handle(path).verify(allow_unguarded=True)
+    assert allowed.ok, allowed.detail
+    assert (allowed.checked_from, allowed.chained_from) == (cleaned, cleaned + 1)
+    assert [v for v, _ in allowed.unguarded] == [cleaned]
+    assert sorted(r["id"] for r in _same(spark, path)) == [1, 2, 3, 4, 5]
+    assert delta_history(spark, path)[:2] == [(cleaned + 1, "WRITE"), (cleaned, "SET TBLPROPERTIES")]
