@@ -49,6 +49,7 @@ from eventlog.snapshot.read import read_snapshot_rows
 from eventlog.snapshot.replay import Replay, TableDiff, replay
 from eventlog.snapshot.replay import diff as diff_snapshots
 from eventlog.snapshot.timeline import commit_history, timestamp_ms, version_at
+from eventlog.table.alter import AlterTable
 from eventlog.txn.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from eventlog.txn.transaction import CommitResult
 from eventlog.userinput import (
@@ -58,7 +59,7 @@ from eventlog.userinput import (
 from lockstore import SlotStore
 
 
-class Table:
+class Table(AlterTable):
     """A Delta-compatible table; see the module docstring."""
 
     def __init__(
@@ -485,15 +486,6 @@ class Table:
     def restore(self, version: int) -> CommitResult:
         """Make version ``version``'s files live again (Delta's RESTORE), as a new version."""
         return self._run(lambda txn: txn.restore(version))
-
-    def set_properties(self, properties: Mapping[str, str]) -> CommitResult:
-        return self._run(lambda txn: txn.set_properties(properties))
-
-    def unset_properties(self, keys: Sequence[str]) -> CommitResult:
-        return self._run(lambda txn: txn.unset_properties(keys))
-
-    def add_columns(self, fields: Sequence[pa.Field]) -> CommitResult:
-        return self._run(lambda txn: txn.add_columns(fields))
 
     # ------------------------------------------------------------------ reads
 
