@@ -110,6 +110,7 @@ class Driver:
         app: str,
         cores_max: int = 2,
         executors: int = 2,
+        jars: Sequence[str] = (),
     ) -> None:
         self.app = app
         workdir.mkdir(parents=True, exist_ok=True)
@@ -120,6 +121,7 @@ class Driver:
             "cores_max": cores_max,
             "executors": executors,
             "scenarios": [list(s) for s in scenarios],
+            "jars": list(jars),
         }
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_"))}
         env.update(

@@ -36,8 +36,11 @@ Scenario = Callable[[Any, dict[str, Any]], dict[str, Any]]
 def build_session(config: dict[str, Any]) -> Any:
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder
+    if config.get("jars"):  # S3A for native s3:// scans; executors fetch them from the driver
+        builder = builder.config("spark.jars", ",".join(config["jars"]))
     return (
-        SparkSession.builder.master(config["master"])
+        builder.master(config["master"])
         .appName(config.get("app", "eventlog-cluster-test"))
         .config("spark.submit.pyFiles", config["pyfiles"])
         .config("spark.driver.memory", "512m")
@@ -289,6 +292,39 @@ def scenario_s3_table(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def scenario_s3_native(spark: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """``read_table`` of the ``s3_table`` scenario's table through S3A (native: Spark's Parquet
+    scan on the executors), its storage options given to the read only: latest, time travel
+    and a partition ``where``. Also the plan's scan, its files' scheme, what of the options
+    the session's Hadoop configuration holds afterwards (nothing), and whether the secret
+    appears in the explained plans."""
+    import contextlib
+    import io
+
+    from spark_adapter import read_table
+
+    uri, storage = args["uri"], {**args["storage_options"], **args.get("storage_json", {})}
+    latest = read_table(spark, uri, storage_options=storage)
+    old = read_table(spark, uri, storage_options=storage, version=1)
+    odd = read_table(spark, uri, storage_options=storage, where="part = 1")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        latest.explain(extended=True)
+    plan = str(latest._jdf.queryExecution().executedPlan().toString())
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    secret = args["storage_options"]["secret"]
+    return {
+        "latest": rows_of(latest),
+        "version1": rows_of(old),
+        "odd": rows_of(odd),
+        "odd_files": len(odd.inputFiles()),
+        "schemes": sorted({f.split("://", 1)[0][:4] for f in latest.inputFiles()}),
+        "file_scan": "FileScan parquet" in plan and "BatchScan" not in plan,
+        "session_conf": [k for k in ("fs.s3a.endpoint", "fs.s3a.secret.key") if conf.get(k) is not None],
+        "secret_in_plans": secret in out.getvalue() or secret in plan,
+    }
+
+
 SCENARIOS: dict[str, Scenario] = {
     "ship": scenario_ship,
     "batch": scenario_batch,
@@ -299,6 +335,7 @@ SCENARIOS: dict[str, Scenario] = {
     "stream_lease": scenario_stream,
     "append_batches": scenario_append_batches,
     "s3_table": scenario_s3_table,
+    "s3_native": scenario_s3_native,
 }
 
 

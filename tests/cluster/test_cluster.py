@@ -29,6 +29,7 @@ import pytest
 from eventlog import Table
 from eventlog.log.commit import member_txn_ids
 from eventlog.log.storage import LogStore
+from spark_adapter import s3a_jars
 from streaming.sink import STREAMING_FIELD, STREAMING_OPERATION
 from tests.cluster.conftest import Driver, Measurements, Shipping, scenario_ok
 from tests.support.fixtures import delete_bucket, s3_admin_client
@@ -181,9 +182,15 @@ def main_run(
     s3_table: S3Table,
     measurements: Measurements,
 ) -> dict[str, Any]:
-    """One driver (two executors) running every single-driver scenario, in order."""
-    scenarios = [*inputs.scenarios(), ("s3_table", s3_table.scenario_args())]
-    driver = Driver(cluster, shipping, scenarios, inputs.root / "driver", app="scenarios")
+    """One driver (two executors) running every single-driver scenario, in order; S3A's jars
+    on ``spark.jars``, so ``s3://`` tables are scanned natively (``s3_native``, and the reads
+    of ``s3_table``'s MERGE and ``toDF``)."""
+    scenarios = [
+        *inputs.scenarios(),
+        ("s3_table", s3_table.scenario_args()),
+        ("s3_native", s3_table.scenario_args()),
+    ]
+    driver = Driver(cluster, shipping, scenarios, inputs.root / "driver", app="scenarios", jars=s3a_jars())
     try:
         return driver.finish(DRIVER_TIMEOUT, cluster, measurements)
     finally:
@@ -430,3 +437,26 @@ def test_s3_table_from_the_cluster_with_slots_in_the_bucket(
     for key in keys:  # the options are in no object: not the log, the slots or the data
         body = client.get_object(Bucket=s3_table.bucket, Key=key)["Body"].read()
         assert s3_table.storage["secret"].encode() not in body, key
+
+
+def test_s3_table_scanned_natively_on_the_executors(
+    s3_table: S3Table, main_run: dict[str, Any], deltalake_s3_options: dict[str, str]
+) -> None:
+    """Spark's Parquet scan through S3A on both executors, which see no AWS variable: the
+    endpoint and credentials reached them only as the read's options (merged into the scan's
+    Hadoop configuration, shipped with the tasks)."""
+    pytest.importorskip("s3fs")
+    native = scenario_ok(main_run, "s3_native")
+    options = {**s3_table.storage, **s3_table.region}
+    with Table.open(s3_table.uri, slots=s3_table.slots, storage_options=options) as table:
+        latest = sorted(table.to_arrow().to_pylist(), key=lambda r: r["id"])
+        version1 = sorted(table.to_arrow(version=1).to_pylist(), key=lambda r: r["id"])
+        odd_files = sum(1 for f in table.snapshot().add_files if f.partition_values.get("part") == "1")
+    assert native["latest"] == latest and len(latest) == 23
+    assert native["version1"] == version1 and len(version1) == 20
+    assert native["odd"] == [r for r in latest if r["part"] == 1]
+    assert native["odd_files"] == odd_files
+    assert native["file_scan"] is True
+    assert native["schemes"] == ["s3a-"]
+    assert native["session_conf"] == []
+    assert native["secret_in_plans"] is False
