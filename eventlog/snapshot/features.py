@@ -30,6 +30,7 @@ from eventlog.log.actions import Metadata, Protocol
 
 __all__ = [
     "FEATURES",
+    "needed_features",
     "Operation",
     "Support",
     "TableFeature",
@@ -128,6 +129,17 @@ class TableFeature:
     enabled_by: str | None = None
     active: Callable[[Metadata | None], bool] = _always
     note: str = ""
+    # Whether a table whose metadata uses the feature (``active``) needs it in its protocol,
+    # so that a schema or property change adds it (columnMapping, checkConstraints,
+    # generatedColumns...); features turned on by ``enabled_by`` = "true" are added anyway.
+    implied_by_metadata: bool = False
+
+    def needed_by(self, metadata: Metadata) -> bool:
+        """Whether a table with ``metadata`` must list this feature in its protocol."""
+        enabled = self.enabled_by is not None and metadata.configuration.get(self.enabled_by, "")
+        if str(enabled).lower() == "true":
+            return True
+        return self.implied_by_metadata and self.active(metadata)
 
     def support(self, operation: Operation) -> Support:
         if operation is Operation.READ and not self.reader_writer:
@@ -291,3 +303,8 @@ def unsupported(protocol: Protocol, metadata: Metadata | None, operation: Operat
         elif feature.blocks(operation, metadata):
             out.add(name)
     return sorted(out)
+
+
+def needed_features(metadata: Metadata) -> set[str]:
+    """The features a table with ``metadata`` must list (the registry's ``needed_by``)."""
+    return {name for name, feature in FEATURES.items() if feature.needed_by(metadata)}

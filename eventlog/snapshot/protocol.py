@@ -15,13 +15,14 @@ from collections.abc import Mapping
 import pyarrow as pa
 
 from eventlog.errors import UnsupportedProtocolError
-from eventlog.files.schema import needs_timestamp_ntz
+from eventlog.files.schema import needs_timestamp_ntz, to_spark_schema_json
 from eventlog.log.actions import Metadata, Protocol
 from eventlog.snapshot.features import (
     FEATURES,
     TABLE_FEATURES_READER,
     TABLE_FEATURES_WRITER,
     Operation,
+    needed_features,
     supported_features,
     unsupported,
 )
@@ -85,11 +86,9 @@ def protocol_for(schema: pa.Schema, properties: Mapping[str, str]) -> Protocol:
 def upgrade(protocol: Protocol, schema: pa.Schema, properties: Mapping[str, str]) -> Protocol:
     """``protocol`` with the features this schema and these properties need (unchanged
     when it already has them). Features that need one go to (3, 7) with explicit lists."""
-    needed: set[str] = set()
+    needed = needed_features(Metadata("", to_spark_schema_json(schema), (), dict(properties)))
     if needs_timestamp_ntz(schema):
         needed.add("timestampNtz")
-    if properties.get(DV_PROPERTY) == "true":
-        needed.add("deletionVectors")
     have = features_of(protocol)
     if needed <= have:
         return protocol
