@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 POM=jvm/hadoopaws/pom.xml
 CACHE=${EVENTLOG_S3A_JARS:-.cache/hadoopaws-jars}
+case "$CACHE" in /*) ;; *) CACHE="$PWD/$CACHE" ;; esac # jars.txt lists absolute paths
 
 log() { echo "bootstrap_s3a: $*" >&2; }
 
@@ -42,11 +43,11 @@ if ! command -v mvn >/dev/null; then
 fi
 
 log "resolving hadoop-aws $pom_hadoop and the AWS SDK modules with Maven ($POM) into $CACHE"
-rm -rf "$CACHE"
+rm -rf "$CACHE/maven" "$CACHE/jars.txt" "$CACHE/excluded.txt" "$jar_stamp"
 mkdir -p "$CACHE/maven"
 mvn -q -B -f "$POM" dependency:copy-dependencies -DincludeScope=runtime \
-  -DoutputDirectory="$PWD/$CACHE/maven" >&2
-"$VENV/bin/python" - "$PWD/$CACHE" "$pyspark_jars" <<'PY'
+  -DoutputDirectory="$CACHE/maven" >&2
+"$VENV/bin/python" - "$CACHE" "$pyspark_jars" <<'PY'
 """Split the resolved jars: those whose artifact pyspark ships are left out (two versions of
 one class on the classpath: pyspark's is the one Spark is built and tested with)."""
 
@@ -80,4 +81,4 @@ with open(os.path.join(cache, "jars.txt"), "w") as f:
     f.write("".join(path + "\n" for path in keep))
 PY
 echo "$jar_want" > "$jar_stamp"
-log "$(wc -l < "$CACHE/jars.txt") jars for spark.jars ($(cat $(cat "$CACHE/jars.txt") | wc -c) bytes), $(wc -l < "$CACHE/excluded.txt") left to pyspark"
+log "$(wc -l < "$CACHE/jars.txt") jars for spark.jars ($(tr '\n' '\0' < "$CACHE/jars.txt" | xargs -0 cat | wc -c) bytes), $(wc -l < "$CACHE/excluded.txt") left to pyspark"

@@ -136,9 +136,11 @@ def test_batch_write_append_and_read_through_the_options(
     assert t.version == 1
     assert [h["operation"] for h in sorted(t.history(), key=lambda h: h["version"])] == ["WRITE", "WRITE"]
     assert _theirs(s3_uri, deltalake_s3_options) == (1, want)
-    # read_table falls back to the Python data source on s3:// (no S3A connector), with the options.
+    # read_table scans natively through S3A (hadoop-aws is on the suite's session), the
+    # options translated for that read (tests/spark/test_native_s3.py has the details).
     native = read_table(spark, s3_uri, storage_options=options, slots=spark_options["slots"])
     assert _rows(native) == want
+    assert native.inputFiles() and all(f.startswith("s3a-") for f in native.inputFiles())
     # The log holds no secret: not in commitInfo, not anywhere.
     texts = _log_texts(s3_uri, options)
     assert len([p for p in texts if p.endswith(".json")]) >= 2
