@@ -63,6 +63,10 @@ class EventlogError(Exception):
     position: int | None
     differences: list[str]
     anchored_digest: str | None
+    constraint: str
+    sample: list[dict[str, Any]]
+    values: dict[str, Any]
+    count: int
 
     def __init__(self, message: str, **fields: Any) -> None:
         super().__init__(message)
@@ -244,6 +248,63 @@ class MergeCardinalityError(InvalidInputError):
 
 class AppendOnlyViolationError(InvalidInputError):
     """DELETE/UPDATE/overwrite on a table with ``delta.appendOnly = true``."""
+
+
+class TypeChangeError(InvalidInputError):
+    """A column type change that type widening does not allow (a narrowing, an unrelated
+    type, a partition column's change whose values would be written differently), or any
+    change on a table without ``delta.enableTypeWidening = true``.
+
+    Fields: ``column``, ``from_type`` and ``to_type`` (Delta's type names), ``reason``.
+    """
+
+    def __init__(self, message: str, *, column: str, from_type: str, to_type: str, reason: str) -> None:
+        EventlogError.__init__(
+            self, message, column=column, from_type=from_type, to_type=to_type, reason=reason
+        )
+
+
+class ConstraintViolationError(InvalidInputError):
+    """Rows that break a table constraint: a CHECK constraint (``delta.constraints.<name>``),
+    a column invariant (``delta.invariants``), a generated column's expression, or NOT NULL.
+    Nothing was committed and no data file is left behind.
+
+    Fields: ``constraint`` (its name: the CHECK constraint's, ``"Generated Column <c>"``,
+    ``"NOT NULL <column>"`` or ``"invariant <column>"``), ``expression`` (its SQL),
+    ``values`` (the first failing row, column -> value, of the columns the expression reads),
+    ``sample`` (up to 5 such rows) and ``count`` (failing rows in the data checked).
+    """
+
+    def __init__(
+        self, message: str, *, constraint: str, expression: str, sample: list[dict[str, Any]], count: int
+    ) -> None:
+        EventlogError.__init__(
+            self,
+            message,
+            constraint=constraint,
+            expression=expression,
+            sample=sample,
+            values=sample[0] if sample else {},
+            count=count,
+        )
+
+
+class NotNullViolationError(ConstraintViolationError, SchemaMismatchError):
+    """Nulls written to a non-nullable column or nested field: a :class:`ConstraintViolationError`
+    (constraint ``"NOT NULL <path>"``) that is also a :class:`SchemaMismatchError` (``columns``:
+    every offending path)."""
+
+    def __init__(self, message: str, *, columns: list[str], count: int) -> None:
+        EventlogError.__init__(
+            self,
+            message,
+            constraint=f"NOT NULL {columns[0]}",
+            expression=f"{columns[0]} IS NOT NULL",
+            sample=[{columns[0]: None}],
+            values={columns[0]: None},
+            count=count,
+            columns=columns,
+        )
 
 
 # --------------------------------------------------------------------------- commits

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 import pyarrow as pa
 
 from eventlog.log.actions import AddFile
-from eventlog.ops import alter, dml, optimize, restore, write
+from eventlog.ops import alter, constraints, dml, optimize, restore, type_change, write
 from eventlog.ops.merge import MergeBuilder
 from eventlog.txn.transaction import CoreTransaction
 
@@ -92,6 +92,15 @@ class Transaction(CoreTransaction):
 
     def add_columns(self, fields: Sequence[pa.Field]) -> None:
         self.run(lambda plan: alter.add_columns(plan, fields))
+
+    def add_constraint(self, name: str, sql: str) -> None:
+        self.run(lambda plan: constraints.add_constraint(plan, name, sql))
+
+    def drop_constraint(self, name: str, *, if_exists: bool = False) -> None:
+        self.run(lambda plan: constraints.drop_constraint(plan, name, if_exists=if_exists))
+
+    def change_column_type(self, column: str, new_type: pa.DataType) -> None:
+        self.run(lambda plan: type_change.change_column_type(plan, column, new_type))
 
     def merge(
         self, source: pa.Table, on: str, *, source_alias: str = "source", target_alias: str = "target"

@@ -33,3 +33,18 @@ class AlterTable(abc.ABC):
     def add_columns(self, fields: Sequence[pa.Field]) -> CommitResult:
         """Add nullable columns at the end of the schema (``ALTER TABLE ADD COLUMNS``)."""
         return self._run(lambda txn: txn.add_columns(fields))
+
+    def add_constraint(self, name: str, sql: str) -> CommitResult:
+        """Add a CHECK constraint (``ALTER TABLE ADD CONSTRAINT name CHECK (sql)``), once every
+        existing row satisfies it (else ConstraintViolationError, nothing committed)."""
+        return self._run(lambda txn: txn.add_constraint(name, sql))
+
+    def drop_constraint(self, name: str, *, if_exists: bool = False) -> CommitResult:
+        """Drop a CHECK constraint (``ALTER TABLE DROP CONSTRAINT [IF EXISTS] name``)."""
+        return self._run(lambda txn: txn.drop_constraint(name, if_exists=if_exists))
+
+    def change_column_type(self, column: str, new_type: pa.DataType) -> CommitResult:
+        """Widen a column's type (``ALTER TABLE ALTER COLUMN c TYPE t``; Delta's type widening,
+        with ``delta.enableTypeWidening = 'true'``). Only metadata changes: older files are read
+        as the new type. ``TypeChangeError`` for a change Delta does not allow."""
+        return self._run(lambda txn: txn.change_column_type(column, new_type))
