@@ -36,7 +36,9 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql.types import DataType, StructField, StructType
 
 from eventlog import Table
 from eventlog.errors import InvalidInputError
@@ -57,6 +59,7 @@ from spark_adapter.ops.jobs import PendingCommit
 from spark_adapter.ops.merge import SparkMergeBuilder
 from spark_adapter.ops.optimize import plan_optimize
 from spark_adapter.ops.update import plan_update
+from spark_adapter.types import spark_to_arrow_schema
 
 __all__ = ["EventlogTable", "OptimizeBuilder", "PendingCommit", "SparkMergeBuilder"]
 
@@ -179,6 +182,17 @@ class EventlogTable:
 
     def restoreToTimestamp(self, timestamp: dt.datetime | str | int) -> CommitResult:
         return self._table.restore(self._table.version_at(timestamp))
+
+    # ------------------------------------------------------------------ schema
+
+    def changeColumnType(self, column: str, dataType: DataType | pa.DataType) -> CommitResult:
+        """Widen a column's type (``ALTER TABLE ALTER COLUMN c TYPE t``), with the table
+        property ``delta.enableTypeWidening = 'true'``: only metadata changes, older files read
+        as the new type (:meth:`eventlog.Table.change_column_type`; ``TypeChangeError`` for a
+        change Delta's type widening does not allow)."""
+        if isinstance(dataType, DataType):
+            dataType = spark_to_arrow_schema(StructType([StructField(column, dataType)])).field(0).type
+        return self._table.change_column_type(column, dataType)
 
     # ------------------------------------------------------------------ vacuum
 
