@@ -8,6 +8,7 @@ t.delete("date < '2010-01-01'")
 
 from eventlog.errors import (
     AppendOnlyViolationError,
+    ColumnMappingError,
     CommitFailedError,
     CommitLostError,
     CommitStateUnknownError,
@@ -89,6 +90,7 @@ __all__ = [
     "Transaction",
     "TransactionStateError",
     "TypeChangeError",
+    "ColumnMappingError",
     "UnknownColumnError",
     "UnsupportedProtocolError",
     "VerifyReport",

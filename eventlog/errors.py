@@ -264,6 +264,23 @@ class TypeChangeError(InvalidInputError):
         )
 
 
+class ColumnMappingError(InvalidInputError):
+    """A schema change that column mapping forbids or requires (Delta's
+    ``DELTA_UNSUPPORTED_RENAME_COLUMN``/``DROP_COLUMN`` without mapping,
+    ``DELTA_UNSUPPORTED_COLUMN_MAPPING_MODE_CHANGE``, ``DELTA_UNSUPPORTED_DROP_PARTITION_COLUMN``).
+
+    Fields: ``operation`` (``RENAME COLUMN``, ``DROP COLUMNS``, ``SET TBLPROPERTIES``),
+    ``reason`` (``mapping required``, ``mode change``, ``partition column``), ``mode`` (the
+    table's column mapping mode) and ``property`` (``delta.columnMapping.mode``: the property
+    to set, or the one whose change was refused).
+    """
+
+    def __init__(self, message: str, *, operation: str, reason: str, mode: str, property: str) -> None:
+        EventlogError.__init__(
+            self, message, operation=operation, reason=reason, mode=mode, property=property
+        )
+
+
 class ConstraintViolationError(InvalidInputError):
     """Rows that break a table constraint: a CHECK constraint (``delta.constraints.<name>``),
     a column invariant (``delta.invariants``), a generated column's expression, or NOT NULL.

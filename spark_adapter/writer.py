@@ -36,6 +36,7 @@ from eventlog.files.schema import from_spark_schema_json, to_spark_schema_json
 from eventlog.log.actions import AddFile
 from eventlog.log.location import TableLocation
 from eventlog.ops.alter import APPEND_ONLY_KEY, TARGET_FILE_SIZE_KEY
+from eventlog.ops.columns import evolve_schema
 from eventlog.ops.transaction import Transaction
 from eventlog.ops.write import stage_new_table
 from eventlog.table import Table
@@ -132,6 +133,8 @@ def plan_write(options: Any, spark_schema: StructType, overwrite: bool) -> Write
             )
         parts = snap.partition_columns
         schema = merge_schema(snap.schema, data_schema) if merge else snap.schema
+        # Column mapping: new columns get their physical names before any task writes them.
+        schema, _ = evolve_schema(schema, props)
         if overwrite and props.get(APPEND_ONLY_KEY) == "true":
             raise InvalidInputError(f"overwrite is not allowed: table {uri} has {APPEND_ONLY_KEY} = true")
         if app_id is not None and app_version is not None:

@@ -26,6 +26,7 @@ from eventlog.files.enforce import conform, merge_schema
 from eventlog.files.schema import canonical_schema, from_spark_schema_json, to_spark_schema_json
 from eventlog.log.location import TableLocation
 from eventlog.ops.alter import APPEND_ONLY_KEY, TARGET_FILE_SIZE_KEY
+from eventlog.ops.columns import evolve_schema
 from eventlog.snapshot.new_table import check_partition_by
 from eventlog.table import Table
 from eventlog.userinput import check_app_id, check_optional_text
@@ -134,6 +135,8 @@ def plan_batch(
                 f"partitionBy {requested} differs from the table's partition columns {list(parts)}"
             )
         schema = merge_schema(snap.schema, data_schema) if options.merge_schema else snap.schema
+        # Column mapping: new columns get their physical names before any task writes them.
+        schema, _ = evolve_schema(schema, props)
         if complete and props.get(APPEND_ONLY_KEY) == "true":
             raise InvalidInputError(
                 f"complete output mode replaces the table, which {uri} forbids ({APPEND_ONLY_KEY} = true)"

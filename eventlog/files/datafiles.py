@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import re
+import string
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -29,6 +31,7 @@ import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
 from eventlog.errors import InvalidInputError, UnknownColumnError
+from eventlog.files import column_mapping as cm
 from eventlog.files.partition_values import escape_path_name
 from eventlog.files.reader import data_file_path
 from eventlog.files.schema import encode_partition_value
@@ -119,6 +122,15 @@ def write_data_files(
         )
     if data.num_rows == 0:
         return []
+    random_dirs = False
+    if cm.is_mapped(data.schema):
+        # Column mapping: files, statistics and partition values use physical names, and the
+        # files of a partitioned table go in random-prefix directories (as Delta's writer
+        # does), since directories named after logical columns would go stale on a rename.
+        names = {f.name: cm.physical_name(f) for f in data.schema}
+        pcols = [names[c] for c in pcols]
+        data = cm.to_physical(data, data.schema)
+        random_dirs = bool(pcols)
 
     # Zero-copy: the files hold every column but the partition columns.
     file_data = data.drop_columns(pcols) if pcols else data
@@ -131,6 +143,7 @@ def write_data_files(
         rows_per_group = min(rows_per_group, max_rows_per_file)
     writer = _Writer(fs, root.rstrip("/"), file_data, data_change, target_file_size, max_rows_per_file)
     writer.name_prefix = f"{name_prefix}-" if name_prefix else ""
+    writer.random_dirs = random_dirs
     try:
         if not pcols:
             writer.write_group({}, "", None, rows_per_group)
@@ -187,6 +200,10 @@ def _partition_groups(
     ]
 
 
+# Delta's random file prefixes (DeltaSQLConf randomPrefixLength, alphanumeric characters).
+_RANDOM_PREFIX_LENGTH = 2
+_PREFIX_CHARS = string.ascii_letters + string.digits
+
 _OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl"})
 
 
@@ -221,6 +238,7 @@ class _Writer:
         self.made_dirs: set[str] = set()
         self.dictionary: list[str] | bool | None = None  # decided on the first file
         self.name_prefix = ""  # "<prefix>-" of every file name, or ""
+        self.random_dirs = False  # each file in a random-prefix directory instead of ``pdir``
 
     def _open_sink(self, path: str) -> Any:
         """A writable file: pyarrow's native file on local disks (no Python-level write
@@ -233,13 +251,15 @@ class _Writer:
         self, values: dict[str, str | None], pdir: str, indices: pa.ChunkedArray | None, rows_per_group: int
     ) -> None:
         total = self.file_data.num_rows if indices is None else len(indices)
-        directory = f"{self.root}/{pdir}" if pdir else self.root
-        if directory not in self.made_dirs:
-            if not _flat_namespace(self.fs):  # an object store has no directories to make
-                self.fs.makedirs(directory, exist_ok=True)
-            self.made_dirs.add(directory)
         pos = 0
         while pos < total:
+            if self.random_dirs:
+                pdir = "".join(random.choices(_PREFIX_CHARS, k=_RANDOM_PREFIX_LENGTH))
+            directory = f"{self.root}/{pdir}" if pdir else self.root
+            if directory not in self.made_dirs:
+                if not _flat_namespace(self.fs):  # an object store has no directories to make
+                    self.fs.makedirs(directory, exist_ok=True)
+                self.made_dirs.add(directory)
             name = f"part-{self.name_prefix}{len(self.started):05d}-{uuid.uuid4()}.c000.snappy.parquet"
             rel = f"{pdir}/{name}" if pdir else name
             self.started.append(quote(rel, safe="/="))

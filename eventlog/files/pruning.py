@@ -21,6 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eventlog import expr as ex
+from eventlog.files import column_mapping as cm
+from eventlog.files.generated import derived_partition_filters
 from eventlog.files.partition_values import _cast_strings, decode_partition_value
 from eventlog.files.stats import stats_table
 from eventlog.log.actions import AddFile
@@ -46,8 +48,9 @@ def data_schema(schema: pa.Schema, partition_columns: Sequence[str]) -> pa.Schem
 
 def partition_table(files: pa.Table, partition_schema: pa.Schema) -> pa.Table:
     """Typed partition values of ``files`` (add rows), one row each (missing key or "" = null)."""
-    return typed_partition_values(partition_strings(files.column("partitionValues"), partition_schema.names),
-                                  partition_schema)  # fmt: skip
+    keys = [cm.physical_name(f) for f in partition_schema]  # column mapping: physical names
+    return typed_partition_values(partition_strings(files.column("partitionValues"), keys),
+                                  cm.strip(partition_schema))  # fmt: skip
 
 
 def typed_partition_values(raw: Sequence[pa.Array], partition_schema: pa.Schema) -> pa.Table:

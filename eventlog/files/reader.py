@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
 from eventlog.errors import DataFileNotFoundError, UnknownColumnError
+from eventlog.files import column_mapping as cm
 from eventlog.files.schema import decode_partition_value
 from eventlog.files.stats import _has_minmax
 from eventlog.log.actions import AddFile
@@ -63,8 +64,12 @@ def read_data_files(
 
     Partition columns come from each file's partition values; columns absent from older files
     are null; ``filter`` (over column names, partition columns included) is applied with
-    Parquet row-group and partition pruning.
+    Parquet row-group and partition pruning. A column-mapped ``schema``
+    (:mod:`eventlog.files.column_mapping`) is read by physical names and returned under
+    logical ones (a ``filter`` then applies after the read).
     """
+    if cm.is_mapped(schema):
+        return _read_mapped(fs, root, files, schema, partition_columns, columns, filter)
     out_schema = _out_schema(schema, partition_columns, columns)
     if not files:
         return out_schema.empty_table()
@@ -86,6 +91,29 @@ def read_data_files(
         missing = next((p for p in paths if not fs.exists(p)), str(exc))
         raise DataFileNotFoundError(root, missing, None) from exc
     return _exact_types(table, out_schema)
+
+
+def _read_mapped(
+    fs: fsspec.AbstractFileSystem,
+    root: str,
+    files: Sequence[AddFile],
+    schema: pa.Schema,
+    partition_columns: Sequence[str],
+    columns: Sequence[str] | None,
+    filter: pc.Expression | None,
+) -> pa.Table:
+    """:func:`read_data_files` of a column-mapped table: the files' physical columns (partition
+    values keyed by physical names too), renamed to the logical ``schema``."""
+    out_schema = _out_schema(schema, partition_columns, columns)
+    physical = cm.physical_schema(schema)
+    to_physical = dict(zip(schema.names, physical.names, strict=True))
+    wanted = None if columns is None or filter is not None else [to_physical[c] for c in out_schema.names]
+    parts = [to_physical[c] for c in partition_columns]
+    table = read_data_files(fs, root, files, physical, parts, columns=wanted)
+    table = cm.to_logical(table, pa.schema(list(schema)) if wanted is None else out_schema)
+    if filter is not None:
+        table = table.filter(filter).select(out_schema.names)
+    return table
 
 
 def physical_row_count(fs: fsspec.AbstractFileSystem, root: str, add: AddFile) -> int:
@@ -216,6 +244,16 @@ class DataFileReader:
         partition_columns: Sequence[str],
     ) -> None:
         _out_schema(schema, partition_columns, None)  # validates the partition columns
+        # A column-mapped table's files are read by physical names (partition values too).
+        self._logical: pa.Schema | None = None
+        self._logical_parts = tuple(partition_columns)
+        self._to_physical: dict[str, str] = {}
+        if cm.is_mapped(schema):
+            self._logical = schema
+            physical = cm.physical_schema(schema)
+            self._to_physical = dict(zip(schema.names, physical.names, strict=True))
+            partition_columns = [self._to_physical[c] for c in partition_columns]
+            schema = physical
         self.add = add
         self.schema = pa.schema(list(schema))
         self.partition_columns = tuple(partition_columns)
@@ -247,6 +285,13 @@ class DataFileReader:
 
     def read(self, columns: Sequence[str] | None = None, row_groups: Sequence[int] | None = None) -> pa.Table:
         """``columns`` (default all, in schema order) of ``row_groups`` (default all, in file order)."""
+        if self._logical is not None:
+            logical = _out_schema(self._logical, self._logical_parts, columns)
+            physical = self._read([self._to_physical[c] for c in logical.names], row_groups)
+            return cm.to_logical(physical, logical)
+        return self._read(columns, row_groups)
+
+    def _read(self, columns: Sequence[str] | None, row_groups: Sequence[int] | None) -> pa.Table:
         out_schema = _out_schema(self.schema, self.partition_columns, columns)
         fragment = self._fragment
         if row_groups is not None and list(row_groups) != list(range(self.num_row_groups)):
@@ -265,6 +310,16 @@ class DataFileReader:
         floating-point columns (Parquet writers leave NaN out of min/max, SQL orders NaN
         above every number; the min is still a lower bound).
         """
+        if self._logical is not None:
+            names = {self._to_physical[c]: c for c in columns if c in self._to_physical}
+            stats = self._row_group_stats(names)
+            return stats.rename_columns(
+                [n if n == "numRecords" else f"{n.partition('.')[0]}.{names[n.partition('.')[2]]}"
+                 for n in stats.column_names]
+            )  # fmt: skip
+        return self._row_group_stats(columns)
+
+    def _row_group_stats(self, columns: Iterable[str]) -> pa.Table:
         n = self.num_row_groups
         groups = [self.metadata.row_group(i) for i in range(n)]
         names: list[str] = ["numRecords"]

@@ -26,6 +26,7 @@ from pyroaring import FrozenBitMap64
 from eventlog import expr as ex
 from eventlog.errors import CorruptLogError, PredicateError
 from eventlog.expr.evaluate import ARROW_ERRORS
+from eventlog.files import column_mapping as cm
 from eventlog.files.deletion_vectors import deleted_mask, read_deletion_vector
 from eventlog.files.reader import DataFileReader, read_data_files
 from eventlog.log.actions import AddFile
@@ -91,7 +92,9 @@ def read_matching_rows(
     (:data:`MAX_ARROW_FILTER_NODES`); a row the filter cannot be evaluated on (a failed
     cast) is a PredicateError naming ``sql``, never a pyarrow error.
     """
-    if ex.tree_size(predicate) <= MAX_ARROW_FILTER_NODES:
+    # A column-mapped table's files hold physical names, which an Arrow filter over logical
+    # names cannot address: its rows are filtered after the read.
+    if ex.tree_size(predicate) <= MAX_ARROW_FILTER_NODES and not cm.is_mapped(schema):
         arrow_filter = ex.to_arrow(predicate, schema=schema)
         try:
             return read_live_rows(

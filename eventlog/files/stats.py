@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from eventlog.errors import InvalidInputError
+from eventlog.files import column_mapping as cm
 from eventlog.files.partition_values import _DEC, UTC, _as_float, _cast_strings, _int_fits
 
 # --------------------------------------------------------------------------- stats
@@ -91,6 +92,10 @@ def stats_table(
     ``stats`` may be an Arrow string array (a snapshot's ``stats`` column): it then reaches
     the JSON reader without a Python string per file.
     """
+    if cm.is_mapped(schema):
+        # Column mapping: the JSON is keyed by physical names; the columns keep logical ones.
+        parsed = stats_table(stats, cm.physical_schema(schema), num_files)
+        return parsed.rename_columns(stats_table([], cm.strip(schema), 0).column_names)
     n = len(stats) if num_files is None else num_files
     if len(stats) > n:
         raise InvalidInputError(f"{len(stats)} stats strings for {n} files")

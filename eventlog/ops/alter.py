@@ -13,10 +13,12 @@ from eventlog.errors import (
     InvalidInputError,
     InvalidTablePropertyError,
 )
+from eventlog.files import column_mapping as cm
 from eventlog.files.schema import canonical_schema, to_spark_schema_json
 from eventlog.files.type_widening import TYPE_WIDENING_PROPERTY
 from eventlog.log.actions import Protocol
 from eventlog.log.cleanup import AUDIT_RETENTION_KEY
+from eventlog.ops import columns
 from eventlog.snapshot.isolation import ISOLATION_LEVEL_KEY, IsolationLevel
 from eventlog.snapshot.protocol import DV_PROPERTY, upgrade
 from eventlog.txn.plan import Plan, PlanBuilder
@@ -64,6 +66,9 @@ def validate_properties(properties: Mapping[str, str]) -> None:
             if not (value.isascii() and len(value) <= 100):
                 raise InvalidTablePropertyError(key, value, ["an interval such as 'interval 7 days'"])
             parse_interval_ms(value)
+        elif key == cm.MODE_KEY:
+            if value.lower() not in cm.MODES:
+                raise InvalidTablePropertyError(key, value, list(cm.MODES))
         elif key.startswith("delta."):
             raise InvalidInputError(f"unknown Delta table property {key!r}")
 
@@ -71,10 +76,14 @@ def validate_properties(properties: Mapping[str, str]) -> None:
 def set_properties(plan: PlanBuilder, properties: Mapping[str, str]) -> Plan:
     validate_properties(properties)
     plan.set_operation("SET TBLPROPERTIES", {"properties": dict(properties)}, changes_data=False)
-    config = {**plan.metadata.configuration, **properties}
-    plan.update_metadata(dataclasses.replace(plan.metadata, configuration=config))
+    old = plan.metadata.configuration
+    schema, config = columns.mapping_properties(plan.schema, old, {**old, **properties}, new_table=False)
+    metadata = dataclasses.replace(plan.metadata, configuration=config)
+    if schema is not plan.schema:  # column mapping turned on: ids and physical names
+        metadata = dataclasses.replace(metadata, schema_string=to_spark_schema_json(schema))
+    plan.update_metadata(metadata)
     current = read_protocol(plan)
-    upgraded = upgrade(current, plan.schema, config)
+    upgraded = upgrade(current, schema, config)
     if upgraded != current:  # e.g. enabling deletion vectors adds the table feature
         plan.update_protocol(upgraded)
     return plan.build()
@@ -117,7 +126,11 @@ def add_columns(plan: PlanBuilder, fields: Sequence[pa.Field]) -> Plan:
 
 
 def change_schema(plan: PlanBuilder, new_schema: pa.Schema) -> None:
-    plan.update_metadata(dataclasses.replace(plan.metadata, schema_string=to_spark_schema_json(new_schema)))
+    # Column mapping: new fields get ids and physical names (maxColumnId follows).
+    new_schema, config = columns.evolve_schema(new_schema, plan.metadata.configuration)
+    schema_string = to_spark_schema_json(new_schema)
+    metadata = dataclasses.replace(plan.metadata, schema_string=schema_string, configuration=config)
+    plan.update_metadata(metadata)
     current = read_protocol(plan)
     upgraded = upgrade(current, new_schema, plan.metadata.configuration)
     if upgraded != current:

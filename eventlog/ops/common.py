@@ -11,6 +11,7 @@ from eventlog.errors import (
     AppendOnlyViolationError,
     InvalidInputError,
 )
+from eventlog.files import column_mapping as cm
 from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE, write_data_files
 from eventlog.log.actions import AddFile
 from eventlog.ops.alter import APPEND_ONLY_KEY, TARGET_FILE_SIZE_KEY
@@ -48,6 +49,8 @@ def write_rows(plan: PlanBuilder, data: pa.Table, *, data_change: bool = True) -
     """Write conformed rows as new data files and stage their adds."""
     if data.num_rows == 0:
         return []
+    if cm.is_mapped(plan.schema) and not cm.is_mapped(data.schema):
+        data = cm.adopt(data, plan.schema)  # column mapping: written under physical names
     adds = write_data_files(
         plan.table.log.fs,
         plan.table.log.root,

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 import pyarrow as pa
 
 from eventlog.log.actions import AddFile
-from eventlog.ops import alter, constraints, dml, optimize, restore, type_change, write
+from eventlog.ops import alter, columns, constraints, dml, optimize, restore, type_change, write
 from eventlog.ops.merge import MergeBuilder
 from eventlog.txn.transaction import CoreTransaction
 
@@ -92,6 +92,12 @@ class Transaction(CoreTransaction):
 
     def add_columns(self, fields: Sequence[pa.Field]) -> None:
         self.run(lambda plan: alter.add_columns(plan, fields))
+
+    def rename_column(self, old: str, new: str) -> None:
+        self.run(lambda plan: columns.rename_column(plan, old, new))
+
+    def drop_columns(self, names: Sequence[str]) -> None:
+        self.run(lambda plan: columns.drop_columns(plan, names))
 
     def add_constraint(self, name: str, sql: str) -> None:
         self.run(lambda plan: constraints.add_constraint(plan, name, sql))

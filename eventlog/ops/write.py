@@ -34,8 +34,8 @@ def _prepare_data(plan: PlanBuilder, data: Any, schema_mode: str | None, context
         merged = merge_schema(schema, canonical_schema(table.schema))
         if not merged.equals(schema):
             change_schema(plan, merged)
-            schema = merged
-    return conform(table, schema, context=context)
+            schema = plan.schema  # as staged (column mapping gives new fields physical names)
+    return WriteRules.of(schema, plan.metadata.configuration).conform(table, schema, context=context)
 
 
 def append(plan: PlanBuilder, data: Any, *, schema_mode: str | None = None) -> Plan:

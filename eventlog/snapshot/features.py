@@ -201,12 +201,14 @@ FEATURES: Mapping[str, TableFeature] = {
         _F(
             "columnMapping",
             True,
-            _S.INACTIVE_ONLY,
-            _S.INACTIVE_ONLY,
+            _S.FULL,
+            _S.FULL,
             legacy_reader=2,
             legacy_writer=5,
             enabled_by="delta.columnMapping.mode",
             active=_column_mapping,
+            implied_by_metadata=True,
+            note="eventlog.files.column_mapping: physical names in files, stats and partition values",
         ),
         _F(
             "identityColumns",

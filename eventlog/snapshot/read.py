@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from eventlog import expr as ex
 from eventlog.errors import UnknownColumnError
+from eventlog.files import column_mapping as cm
 from eventlog.files.scan import read_live_rows, read_matching_rows
 from eventlog.log.filetable import add_files
 from eventlog.snapshot.projection import Snapshot
@@ -37,8 +38,11 @@ def read_snapshot_rows(
             if col not in schema.names:
                 raise UnknownColumnError(col, list(schema.names), "columns")
     if filter is None:
-        return read_live_rows(fs, root, snapshot.add_files, schema, parts, columns=columns)
-    pred = ex.parse_predicate(filter, schema, context="filter")
-    _, selected = snapshot.select_files(pred)
-    files = sorted(add_files(selected), key=lambda a: a.path)
-    return read_matching_rows(fs, root, files, schema, parts, pred, filter, columns=columns)
+        rows = read_live_rows(fs, root, snapshot.add_files, schema, parts, columns=columns)
+    else:
+        pred = ex.parse_predicate(filter, schema, context="filter")
+        _, selected = snapshot.select_files(pred)
+        files = sorted(add_files(selected), key=lambda a: a.path)
+        rows = read_matching_rows(fs, root, files, schema, parts, pred, filter, columns=columns)
+    # Readers see logical names only, without column mapping's ids and physical names.
+    return cm.to_logical(rows, cm.strip(rows.schema)) if cm.is_mapped(schema) else rows

@@ -48,3 +48,13 @@ class AlterTable(abc.ABC):
         with ``delta.enableTypeWidening = 'true'``). Only metadata changes: older files are read
         as the new type. ``TypeChangeError`` for a change Delta does not allow."""
         return self._run(lambda txn: txn.change_column_type(column, new_type))
+
+    def rename_column(self, old: str, new: str) -> CommitResult:
+        """Rename a column, or a struct field given as ``"a.b"`` (``ALTER TABLE RENAME COLUMN``);
+        metadata only. Needs column mapping (:class:`~eventlog.errors.ColumnMappingError`)."""
+        return self._run(lambda txn: txn.rename_column(old, new))
+
+    def drop_columns(self, names: Sequence[str]) -> CommitResult:
+        """Drop columns or struct fields (``ALTER TABLE DROP COLUMNS``); metadata only, the data
+        stays in the files unread. Needs column mapping; partition columns cannot be dropped."""
+        return self._run(lambda txn: txn.drop_columns(names))

@@ -37,6 +37,7 @@ from eventlog.ops.alter import (
     DELETED_FILE_RETENTION_KEY,
     validate_properties,
 )
+from eventlog.ops.columns import mapping_properties
 from eventlog.ops.common import to_arrow_table, write_rows
 from eventlog.ops.merge import TableMergeBuilder
 from eventlog.ops.transaction import Transaction
@@ -138,6 +139,7 @@ class Table(AlterTable):
         parts = check_partition_by(partition_by, arrow_schema)
         props = dict(properties or {})
         validate_properties(props)
+        arrow_schema, props = mapping_properties(arrow_schema, {}, props, new_table=True)  # column mapping
         metadata = new_table_metadata(arrow_schema, parts, props, name=name, description=description)
         txn = Transaction(table, None)
         txn.set_operation(

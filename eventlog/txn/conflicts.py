@@ -57,6 +57,7 @@ from eventlog.errors import (
     ProtocolChangedException,
 )
 from eventlog.expr import Expr, Literal, evaluate_mask, may_match_mask
+from eventlog.files.column_mapping import physical_name, strip
 from eventlog.files.pruning import file_stats, partition_strings, typed_partition_values
 from eventlog.log.actions import (
     AddFile,
@@ -402,7 +403,7 @@ def _first_matching(
         return add_files(candidates.slice(0, 1))[0]
     # Evaluate each distinct partition once (a 10,000-file winner usually spans few), in
     # order of first appearance, so the first hit is also the first matching file.
-    names = partition_schema.names
+    names = [physical_name(f) for f in partition_schema]  # keys are physical (column mapping)
     raw = partition_strings(candidates.column("partitionValues"), names)
     if len(raw) == 1:
         distinct = [pc.unique(raw[0])]
@@ -414,7 +415,7 @@ def _first_matching(
         groups = groups.sort_by("row_min")
         distinct = [groups.column(k).combine_chunks() for k in keys]
         first_rows = groups.column("row_min").to_numpy()
-    partitions = typed_partition_values(distinct, partition_schema)
+    partitions = typed_partition_values(distinct, strip(partition_schema))
     for pred in dict.fromkeys(predicates):  # de-duplicated, order kept
         hit = pc.index(evaluate_mask(pred, partitions), True).as_py()
         if hit < 0:

@@ -78,10 +78,10 @@ def test_features_only_block_while_the_table_uses_them() -> None:
     assert unsupported(Protocol(1, 2), invariants, Operation.READ) == []
     mapping = Protocol(2, 5)
     assert unsupported(mapping, _meta({"delta.columnMapping.mode": "none"}), Operation.READ) == []
-    assert unsupported(mapping, _meta({"delta.columnMapping.mode": "name"}), Operation.READ) == [
-        "columnMapping"
-    ]
-    assert unsupported(mapping, None, Operation.READ) == ["columnMapping"]  # no metadata: assume in use
+    for op in Operation:  # column mapping is implemented (eventlog.files.column_mapping)
+        assert unsupported(mapping, _meta({"delta.columnMapping.mode": "name"}), op) == []
+        assert unsupported(mapping, _meta({"delta.columnMapping.mode": "id"}), op) == []
+        assert "columnMapping" not in unsupported(mapping, None, op)
 
 
 def test_unknown_features_and_versions_are_named() -> None:
