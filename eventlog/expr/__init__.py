@@ -8,7 +8,8 @@ rows or on typed partition values (:func:`evaluate`, :func:`evaluate_mask`), tur
 (:func:`may_match`, implemented in :mod:`eventlog.expr.skipping`).
 
 ``Call.op`` is one of: and or not eq ne lt le gt ge eq_null_safe is_null is_not_null in like
-add sub mul div mod neg cast coalesce lower upper abs. ``in`` takes the value then the list
+add sub mul div mod neg cast coalesce lower upper abs length year month day hour
+(``to_date(x)`` is ``cast`` to DATE). ``in`` takes the value then the list
 items; ``like`` the value then a string Literal; ``cast`` the operand then
 ``Literal(None, target_type)``. BETWEEN becomes ``ge AND le``, ``x IS TRUE`` becomes
 ``x <=> TRUE``, NOT LIKE / NOT IN / NOT BETWEEN / IS DISTINCT FROM become ``not(...)``.

@@ -42,6 +42,13 @@ _BINARY: dict[str, Callable[..., Any]] = {
     "sub": pc.subtract_checked,
     "mul": pc.multiply_checked,
 }
+
+
+def _int32(v: Any) -> Any:
+    """Spark's INT result of LENGTH and the date parts (Arrow gives int64 for most)."""
+    return v.cast(pa.int32()) if isinstance(v, pc.Expression) else pc.cast(v, pa.int32())
+
+
 # unary op -> (kernel, type a NULL operand is cast to, since kernels reject the null type)
 _UNARY: dict[str, tuple[Callable[..., Any], pa.DataType]] = {
     "not": (pc.invert, _BOOL),
@@ -51,7 +58,13 @@ _UNARY: dict[str, tuple[Callable[..., Any], pa.DataType]] = {
     "abs": (pc.abs_checked, pa.int64()),
     "lower": (pc.utf8_lower, pa.string()),
     "upper": (pc.utf8_upper, pa.string()),
+    "length": (lambda v: _int32(pc.utf8_length(v)), pa.string()),
+    "year": (lambda v: _int32(pc.year(v)), pa.date32()),
+    "month": (lambda v: _int32(pc.month(v)), pa.date32()),
+    "day": (lambda v: _int32(pc.day(v)), pa.date32()),
+    "hour": (lambda v: _int32(pc.hour(v)), pa.timestamp("us", "UTC")),
 }
+INT_FUNCTIONS = ("length", "year", "month", "day", "hour")
 ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
 """What pyarrow raises when a value cannot be computed or cast (callers turn it into a typed error)."""
 
@@ -286,6 +299,8 @@ def _explicit_casts(e: Expr, column_type: Callable[[Column], pa.DataType | None]
         return out, types[0] if op != "coalesce" else common
     if op in ("lower", "upper"):
         return out, pa.string()
+    if op in INT_FUNCTIONS:
+        return out, pa.int32()
     if op in _ARITHMETIC and None not in types:
         if op == "div":
             return out, _F64  # the lowering below divides in DOUBLE

@@ -72,6 +72,14 @@ _ARITH_NODES: dict[type[exp.Expression], str] = {
     exp.Mod: "mod",
 }
 _STRING_FUNCS: dict[type[exp.Expression], str] = {exp.Lower: "lower", exp.Upper: "upper"}
+# date part -> the argument kinds it takes (Spark casts dates to timestamps for HOUR)
+_DATE_PARTS: dict[type[exp.Expression], tuple[str, frozenset[str]]] = {
+    exp.Year: ("year", frozenset({"date", "timestamp"})),
+    exp.Month: ("month", frozenset({"date", "timestamp"})),
+    exp.Day: ("day", frozenset({"date", "timestamp"})),
+    exp.DayOfMonth: ("day", frozenset({"date", "timestamp"})),
+    exp.Hour: ("hour", frozenset({"timestamp"})),
+}
 _SPARK = Dialect.get_or_raise("spark")
 _OPENING = frozenset({TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.L_BRACE, TokenType.CASE})
 _CLOSING = frozenset({TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.R_BRACE, TokenType.END})
@@ -231,7 +239,34 @@ class _Parser:
         if isinstance(n, exp.Abs):
             arg, t = self.numeric(n.this, "ABS")
             return Call("abs", (arg,)), t
+        if isinstance(n, exp.Length) and not n.args.get("binary"):
+            arg, t = self.node(n.this)
+            if _kind(t) not in ("string", "null"):
+                self.fail(f"LENGTH needs a string argument, got {t}")
+            return Call("length", (arg,)), pa.int32()
+        if isinstance(n, exp.TsOrDsToDate) and n.args.get("format") is None:
+            return self.to_date(n.this)
+        if type(n) in _DATE_PARTS:
+            op, kinds = _DATE_PARTS[type(n)]
+            arg, t = self.node(n.this)
+            if _kind(t) not in kinds | {"null"}:
+                self.fail(f"{op.upper()} needs a {' or '.join(sorted(kinds))} argument, got {t}")
+            return Call(op, (arg,)), pa.int32()
         return self.leaf(n)
+
+    def to_date(self, n: exp.Expression) -> _Typed:
+        """``to_date(x)`` without a format: ``CAST(x AS DATE)`` (a date stays as it is)."""
+        arg, t = self.node(n)
+        if _kind(t) == "date":
+            return arg, t
+        if _kind(t) not in ("string", "timestamp", "null"):
+            self.fail(f"TO_DATE needs a string, date or timestamp argument, got {t}")
+        if isinstance(arg, Literal):
+            try:
+                return _fold_cast(arg, pa.date32()), pa.date32()
+            except ValueError as e:
+                self.fail(str(e))
+        return Call("cast", (arg, Literal(None, pa.date32()))), pa.date32()
 
     def leaf(self, n: exp.Expression) -> _Typed:
         if isinstance(n, exp.Literal):

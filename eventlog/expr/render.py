@@ -136,6 +136,6 @@ def to_sql(expr: Expr) -> str:
         return f"{_operand(args[0], 4, tight=True)} LIKE {to_sql(args[1])}"
     if op == "cast":
         return f"CAST({to_sql(args[0])} AS {_type_sql(_cast_target(expr))})"
-    if op in ("coalesce", "lower", "upper", "abs"):
+    if op in ("coalesce", "lower", "upper", "abs", "length", "year", "month", "day", "hour"):
         return f"{op.upper()}({', '.join(to_sql(a) for a in args)})"
     raise PredicateError(f"unknown operator {op!r}", expression=repr(expr))

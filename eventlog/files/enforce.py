@@ -15,7 +15,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from eventlog.errors import SchemaMismatchError
+from eventlog.errors import NotNullViolationError, SchemaMismatchError
 from eventlog.files.schema import _is_list_view, canonical_schema
 
 __all__ = ["conform", "merge_schema"]
@@ -154,8 +154,32 @@ def conform(data: pa.Table | pa.RecordBatch, table_schema: pa.Schema, *, context
         columns.append(col)
     bad = [path for f, col in zip(table_schema, columns, strict=True) for path in _null_violations(col, f)]
     if bad:
-        raise SchemaMismatchError(f"{context}: null values in non-nullable columns {bad}", columns=bad)
+        count = _null_rows(dict(zip(table_schema.names, columns, strict=True)), bad[0])
+        raise NotNullViolationError(
+            f"{context}: NOT NULL constraint violated for column {bad[0]} ({count} rows); "
+            f"null values in non-nullable columns {bad}",
+            columns=bad,
+            count=count,
+        )
     return pa.Table.from_arrays(columns, schema=table_schema)
+
+
+def _null_rows(columns: dict[str, pa.ChunkedArray], path: str) -> int:
+    """Rows holding a null at ``path`` under a valid parent (struct paths; a path through a
+    list or map counts the rows whose top-level value is present: at least one is bad)."""
+    head, *rest = path.split(".")
+    col = columns[head]
+    if not rest:
+        return int(col.null_count)
+    if any(p in ("element", "key", "value") for p in rest):
+        return max(1, int(len(col) - col.null_count))
+    valid = pc.is_valid(col)
+    value = col
+    for part in rest:
+        value = pc.struct_field(value, part)
+        bad = pc.and_(valid, pc.is_null(value))
+        valid = pc.and_(valid, pc.is_valid(value))
+    return int(pc.sum(bad).as_py() or 0)
 
 
 def _cast_column(col: pa.ChunkedArray, f: pa.Field, context: str) -> pa.ChunkedArray:
@@ -170,6 +194,13 @@ def _cast_column(col: pa.ChunkedArray, f: pa.Field, context: str) -> pa.ChunkedA
         except pa.ArrowInvalid:
             bad = []
         columns = bad or [f.name]
+        if bad:
+            count = _null_rows({f.name: relaxed}, bad[0])
+            raise NotNullViolationError(
+                f"{context}: NOT NULL constraint violated for column {bad[0]} ({count} rows)",
+                columns=bad,
+                count=count,
+            ) from exc
         raise SchemaMismatchError(
             f"{context}: cannot write column(s) {columns}: {exc}", columns=columns
         ) from exc

@@ -155,7 +155,9 @@ class FileIndex:
 
     def prune(self, predicate: ex.Expr) -> tuple[ex.Expr | None, pa.Table]:
         """(the predicate's partition-only part or None, the add rows that may match)."""
-        part_pred = ex.partition_predicate(predicate, self.partition_columns)
+        # a predicate on a generated partition column's source prunes by that column too
+        derived = derived_partition_filters(predicate, self.schema, self.partition_columns)
+        part_pred = ex.partition_predicate(ex.conjoin([predicate, *derived]), self.partition_columns)
         files = self.files
         mask = None
         if part_pred is not None:

@@ -16,7 +16,7 @@ from eventlog.errors import (
     UnknownColumnError,
 )
 from eventlog.expr.evaluate import ARROW_ERRORS
-from eventlog.files.enforce import conform
+from eventlog.files.constraints import WriteRules
 from eventlog.log.actions import AddFile
 from eventlog.ops.common import check_append_only, write_rows
 from eventlog.ops.rows import matching_files, remove_rows
@@ -111,7 +111,12 @@ def update(plan: PlanBuilder, predicate: str | None, assignments: Mapping[str, s
             copied += rows.num_rows - hits
             rewritten.append(apply_assignments(rows, hit, exprs, plan.schema))
     if rewritten:
-        new_rows = conform(pa.concat_tables(rewritten), plan.schema, context="update")
+        rules = WriteRules.of(plan.schema, plan.metadata.configuration)
+        # generated columns not assigned are computed again from the new values (Delta)
+        stale = [c for c, _ in rules.generated if c not in exprs]
+        new_rows = rules.conform(
+            pa.concat_tables(rewritten).drop_columns(stale), plan.schema, context="update"
+        )
         if use_dv:
             plan.flush_deletes()
         else:

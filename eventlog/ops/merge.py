@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from eventlog import expr as ex
 from eventlog.errors import InvalidInputError
 from eventlog.expr.evaluate import ARROW_ERRORS
-from eventlog.files.enforce import conform
+from eventlog.files.constraints import WriteRules
 from eventlog.files.scan import FileScan, top_level_columns
 from eventlog.log.actions import AddFile
 from eventlog.ops.common import to_arrow_table, write_rows
@@ -157,7 +157,13 @@ class _MergeClauses:
             plan.remove_files(touched)
         out_parts = [t for t in (rewritten, inserted) if t is not None and t.num_rows]
         if out_parts:
-            write_rows(plan, conform(pa.concat_tables(out_parts), schema, context="merge"))
+            rules = WriteRules.of(schema, plan.metadata.configuration)
+            # generated columns no clause assigns are computed from the rows' new values
+            assigned = {c for clause in (*self.matched, *self.not_matched) for c in clause.assignments}
+            stale = [c for c, _ in rules.generated if c not in assigned]
+            parts = [part.drop_columns(stale) for part in out_parts]
+            rows = pa.concat_tables(parts, promote_options="default")  # nullability may differ
+            write_rows(plan, rules.conform(rows, schema, context="merge"))
         return merge_metrics(
             files_removed=len(touched),
             updated=updates.num_rows,

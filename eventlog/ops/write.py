@@ -15,7 +15,8 @@ from eventlog import expr as ex
 from eventlog.errors import (
     InvalidInputError,
 )
-from eventlog.files.enforce import conform, merge_schema
+from eventlog.files.constraints import WriteRules
+from eventlog.files.enforce import merge_schema
 from eventlog.files.schema import canonical_schema
 from eventlog.log.actions import AddFile, Metadata
 from eventlog.ops.alter import change_schema

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from eventlog import expr as ex
 from eventlog.errors import InvalidInputError, TableAlreadyExistsError, VersionNotFoundError
-from eventlog.files.enforce import conform
+from eventlog.files.constraints import WriteRules
 from eventlog.files.schema import canonical_schema
 from eventlog.log.audit import audit_key_from_env
 from eventlog.log.cleanup import cleanup_cutoff_ms, cleanup_expired_logs
@@ -150,7 +150,8 @@ class Table(AlterTable):
         txn.update_metadata(metadata)
         if rows is not None:
             try:
-                adds = write_rows(txn, conform(rows, arrow_schema, context="create"))
+                rules = WriteRules.of(arrow_schema, props)
+                adds = write_rows(txn, rules.conform(rows, arrow_schema, context="create"))
             except BaseException:
                 txn.abort()
                 raise

@@ -64,18 +64,24 @@ def test_features_only_block_while_the_table_uses_them() -> None:
         "changeDataFeed"
     ]
     assert unsupported(cdf, _meta({"delta.enableChangeDataFeed": "true"}), Operation.READ) == []
+    # CHECK constraints, generated columns and invariants are enforced: they never block.
     checks = Protocol(1, 3)
-    assert unsupported(checks, _meta(), Operation.WRITE) == []
-    assert unsupported(checks, _meta({"delta.constraints.positive": "id > 0"}), Operation.WRITE) == [
-        "checkConstraints"
-    ]
+    assert unsupported(checks, _meta({"delta.constraints.positive": "id > 0"}), Operation.WRITE) == []
     generated = Protocol(1, 4)
-    assert unsupported(
-        generated, _meta(field_metadata={"delta.generationExpression": "id + 1"}), Operation.WRITE
-    ) == ["generatedColumns"]
+    assert (
+        unsupported(
+            generated, _meta(field_metadata={"delta.generationExpression": "id + 1"}), Operation.WRITE
+        )
+        == []
+    )
     invariants = _meta(field_metadata={"delta.invariants": '{"expression": {"expression": "id > 0"}}'})
-    assert unsupported(Protocol(1, 2), invariants, Operation.WRITE) == ["invariants"]
-    assert unsupported(Protocol(1, 2), invariants, Operation.READ) == []
+    assert unsupported(Protocol(1, 2), invariants, Operation.WRITE) == []
+    identity = Protocol(1, 6)
+    assert unsupported(identity, _meta(), Operation.WRITE) == []
+    assert unsupported(identity, _meta(field_metadata={"delta.identity.start": "1"}), Operation.WRITE) == [
+        "identityColumns"
+    ]
+    assert unsupported(identity, _meta(field_metadata={"delta.identity.start": "1"}), Operation.READ) == []
     mapping = Protocol(2, 5)
     assert unsupported(mapping, _meta({"delta.columnMapping.mode": "none"}), Operation.READ) == []
     for op in Operation:  # column mapping is implemented (eventlog.files.column_mapping)
