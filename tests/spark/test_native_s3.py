@@ -141,6 +141,20 @@ def test_time_travel_natively(spark: Any, table: str, options: dict[str, Any]) -
     assert sorted({r[1] for r in rows(old)}) == ["a", "b"]
 
 
+def test_many_partitions_join_their_values_on_the_read_schemes_paths(
+    spark: Any, table: str, options: dict[str, Any], monkeypatch: Any
+) -> None:
+    """Past MAX_PARTITION_SCANS partitions, one scan joined on ``_metadata.file_path``: the
+    driver qualifies the paths with the read's options, as the scan names them."""
+    from spark_adapter import native
+
+    monkeypatch.setattr(native, "MAX_PARTITION_SCANS", 1)
+    df = read_table(spark, table, storage_options=options)
+    assert_native(df)
+    assert "BroadcastHashJoin" in plan(df) or "BroadcastNestedLoopJoin" in plan(df)
+    assert rows(df) == engine_rows(table, options)
+
+
 @pytest.mark.parametrize("reader", ["jvm", "sql"])
 def test_deletion_vectors_on_s3_natively(
     spark: Any, s3_uri: str, options: dict[str, Any], reader: str
