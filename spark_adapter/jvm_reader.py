@@ -16,9 +16,10 @@ SQL filter instead (one WARNING). The session conf :data:`DV_READER_CONF` (``jvm
 The reader compacts only flat columns of the types in :data:`SUPPORTED`; tables with other
 columns (decimals, nested types) use the SQL filter.
 
-Native scans only: tables on a scheme Spark's Hadoop layer cannot open (``s3://`` here, with
-no ``hadoop-aws``) or opened with fsspec ``storage_options`` are read by the Python data
-source instead (:func:`spark_adapter.native.native_root`).
+Native scans only, ``s3://`` tables through S3A included (the driver reads the deletion
+vectors through fsspec; the reader's options ride along with the read's S3A options). Reads
+that fall back to the Python data source (:func:`spark_adapter.native.native_target`) apply
+deletion vectors in its tasks.
 """
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ a ``GenericArrayData`` of boxed longs, whose lookups cost 4x the whole rest of t
 (``bench/bench_native_dv.py`` measures both); they remain the fallback where the session
 has no JVM gateway (Spark Connect).
 
-Native scans only: on ``s3://`` tables (no ``hadoop-aws`` in Spark here) and tables opened
-with ``storage_options``, the Python data source applies deletion vectors in its tasks
-(:mod:`spark_adapter.native`).
+Native scans only (``s3://`` tables through S3A included: the driver reads their deletion
+vectors through fsspec with the table's options); where a read falls back to the Python data
+source, its tasks apply deletion vectors (:mod:`spark_adapter.native`).
 """
 
 from __future__ import annotations

@@ -17,8 +17,10 @@ s3 = EventlogTable.forPath(spark, "s3://bucket/events", slots="zk://zk1:2181/eve
 
 ``storage_options`` (fsspec options of the table's file system) reach every Spark task the
 operations run: the handle's :class:`~eventlog.log.location.TableLocation` travels with them.
-Tables with storage options (and ``s3://`` tables: Spark ships no S3A connector here) are
-read by Python tasks, not by Spark's Parquet reader (:mod:`spark_adapter.native`).
+``s3://`` tables are read by Spark's Parquet reader through S3A when ``hadoop-aws`` is on
+the classpath, their storage options translated for each read (:mod:`spark_adapter.s3a`);
+other tables with storage options, and options S3A cannot express, are read by Python tasks
+(:mod:`spark_adapter.native`).
 
 Each DML/OPTIMIZE is one eventlog transaction, planned on the driver exactly like the
 plain-Python operation (same read predicates through ``txn.scan``, same operation name and
@@ -185,6 +187,16 @@ class EventlogTable:
 
     # ------------------------------------------------------------------ schema
 
+    def addConstraint(self, name: str, expression: str) -> CommitResult:
+        """``ALTER TABLE ADD CONSTRAINT name CHECK (expression)`` (:meth:`eventlog.Table.add_constraint`):
+        every existing row is checked first (``ConstraintViolationError``, nothing committed);
+        every later write enforces it, in the Spark tasks too."""
+        return self._table.add_constraint(name, expression)
+
+    def dropConstraint(self, name: str, *, ifExists: bool = False) -> CommitResult:
+        """``ALTER TABLE DROP CONSTRAINT [IF EXISTS] name``."""
+        return self._table.drop_constraint(name, if_exists=ifExists)
+
     def changeColumnType(self, column: str, dataType: DataType | pa.DataType) -> CommitResult:
         """Widen a column's type (``ALTER TABLE ALTER COLUMN c TYPE t``), with the table
         property ``delta.enableTypeWidening = 'true'``: only metadata changes, older files read
@@ -193,6 +205,17 @@ class EventlogTable:
         if isinstance(dataType, DataType):
             dataType = spark_to_arrow_schema(StructType([StructField(column, dataType)])).field(0).type
         return self._table.change_column_type(column, dataType)
+
+    def renameColumn(self, column: str, newName: str) -> CommitResult:
+        """Rename a column, or a struct field given as ``"a.b"`` (``ALTER TABLE RENAME COLUMN``):
+        metadata only, with column mapping on (:meth:`eventlog.Table.rename_column`;
+        ``ColumnMappingError`` naming ``delta.columnMapping.mode`` without it)."""
+        return self._table.rename_column(column, newName)
+
+    def dropColumns(self, *columns: str) -> CommitResult:
+        """Drop columns or struct fields (``ALTER TABLE DROP COLUMNS``): metadata only, with
+        column mapping on (:meth:`eventlog.Table.drop_columns`)."""
+        return self._table.drop_columns(list(columns))
 
     # ------------------------------------------------------------------ vacuum
 
