@@ -47,9 +47,10 @@ from pyspark.sql import types as T
 
 from eventlog import expr as ex
 from eventlog.errors import DataFileNotFoundError
+from eventlog.files import column_mapping as cm
 from eventlog.files.partition_values import decode_partition_value
 from eventlog.files.pruning import prune_files
-from eventlog.files.schema import from_spark_schema_json
+from eventlog.files.schema import from_spark_schema_json, to_spark_schema_json
 from eventlog.log.actions import AddFile
 from eventlog.log.filetable import add_files
 from eventlog.log.location import TableLocation
@@ -197,6 +198,14 @@ class NativeScan:
         self.partition_columns = tuple(snapshot.partition_columns)
         parts = set(self.partition_columns)
         self.data_schema = T.StructType([f for f in self.schema.fields if f.name not in parts])
+        # Column mapping: Spark reads the files' physical names (nested ones too), which the
+        # scan casts (positionally) and renames to the logical ones; partition values are
+        # keyed by physical names.
+        self.file_schema = self.data_schema
+        self.partition_keys = tuple(cm.partition_keys(self.arrow_schema, self.partition_columns))
+        if cm.is_mapped(self.arrow_schema):
+            physical = cm.physical_schema(pa.schema([f for f in self.arrow_schema if f.name not in parts]))
+            self.file_schema = T.StructType.fromJson(orjson.loads(to_spark_schema_json(physical)))
         predicate = None if where is None else ex.parse_predicate(where, snapshot.schema, context="where")
         if files is None:  # the snapshot's files: pruned on columns, values only for those kept
             self.total_files = snapshot.num_files
@@ -244,7 +253,7 @@ class NativeScan:
             return empty
         groups: dict[tuple[str | None, ...], list[AddFile]] = {}
         for f in self.files:
-            key = tuple(f.partition_values.get(c) for c in self.partition_columns)
+            key = tuple(f.partition_values.get(c) for c in self.partition_keys)
             groups.setdefault(key, []).append(f)
         if not self.partition_columns or len(groups) <= MAX_PARTITION_SCANS:
             frames = [
@@ -261,7 +270,7 @@ class NativeScan:
     def _read(self, target: HadoopTarget, files: Sequence[AddFile]) -> DataFrame:
         paths = [file_uri(target.root, f.path) for f in files]
         # __globPaths__: a file name is a name, not a pattern ("[", "*", "?" are legal).
-        reader = self.spark.read.schema(self.data_schema).option("__globPaths__", "false")
+        reader = self.spark.read.schema(self.file_schema).option("__globPaths__", "false")
         try:
             return reader.options(**target.options).parquet(*paths)
         except AnalysisException as exc:
@@ -284,6 +293,11 @@ class NativeScan:
             for chunk in dv_scans(self.fs, self.root, files):
                 frames.append((chunk, self._read(target, chunk).where(dv_filter(self.fs, self.root, chunk))))
         names = [_col(n) for n in self.data_schema.fieldNames()]
+        if self.file_schema is not self.data_schema:  # column mapping: physical -> logical
+            names = [
+                _col(p.name).cast(f.dataType).alias(f.name)
+                for p, f in zip(self.file_schema.fields, self.data_schema.fields, strict=True)
+            ]
         return reduce(
             DataFrame.union,
             [df.select(*names, *(tags.columns(chunk) if tags is not None else [])) for chunk, df in frames],
@@ -292,14 +306,14 @@ class NativeScan:
     def _jvm_dv_read(self, target: HadoopTarget, files: Sequence[AddFile]) -> DataFrame | None:
         """``files`` (all with a DV) through :mod:`spark_adapter.jvm_reader`, or None where it
         cannot serve: no JDK, columns it cannot compact, or file names that collide."""
-        if not jvm_reader.supports(self.data_schema) or not jvm_reader.usable(self.spark):
+        if not jvm_reader.supports(self.file_schema) or not jvm_reader.usable(self.spark):
             return None
         options = jvm_reader.dv_options(self.fs, self.root, files)
         if options is None:
             return None
         paths = [file_uri(target.root, f.path) for f in files]
         try:
-            return jvm_reader.read(self.spark, self.data_schema, paths, {**target.options, **options})
+            return jvm_reader.read(self.spark, self.file_schema, paths, {**target.options, **options})
         except AnalysisException as exc:
             if "PATH_NOT_FOUND" not in str(exc):
                 raise
@@ -322,9 +336,10 @@ class NativeScan:
         paths = [file_uri(target.root, f.path) for f in self.files]
         qualified = _qualified_paths(self.spark, paths, target.options)
         fields = [self.schema[c] for c in self.partition_columns]
+        keyed = list(zip(fields, self.partition_keys, strict=True))  # column mapping: physical keys
         table = self.arrow_schema
         carriers = [
-            (path, *[_carrier(f.partition_values.get(c.name), table.field(c.name).type) for c in fields])
+            (path, *[_carrier(f.partition_values.get(k), table.field(c.name).type) for c, k in keyed])
             for path, f in zip(qualified, self.files, strict=True)
         ]
         carrier_schema = T.StructType(

@@ -44,6 +44,7 @@ __all__ = [
     "is_mapped",
     "max_id",
     "mode_of",
+    "partition_keys",
     "physical_name",
     "physical_path",
     "physical_schema",
@@ -122,6 +123,11 @@ def field_id(f: pa.Field) -> int | None:
 def is_mapped(schema: pa.Schema) -> bool:
     """Whether ``schema`` stores any column under another name, or has mapping ids."""
     return any(PHYSICAL_KEY.encode() in (f.metadata or {}) for f in schema)
+
+
+def partition_keys(schema: pa.Schema, partition_columns: Sequence[str]) -> list[str]:
+    """The ``partitionValues`` keys of ``partition_columns`` (their physical names)."""
+    return [physical_name(schema.field(c)) if c in schema.names else c for c in partition_columns]
 
 
 def physical_path(schema: pa.Schema, path: Sequence[str]) -> tuple[str, ...]:

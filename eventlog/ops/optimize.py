@@ -19,6 +19,7 @@ from eventlog.errors import (
     InvalidInputError,
     UnknownColumnError,
 )
+from eventlog.files import column_mapping as cm
 from eventlog.files.datafiles import write_data_files
 from eventlog.files.pruning import prune_table
 from eventlog.files.scan import read_file_positions
@@ -83,7 +84,8 @@ def optimize(
         plan.add_metrics(numRemovedFiles=0, numAddedFiles=0)
         return plan.build()
     part_pred, files = scanned
-    bins = bin_rows(files, parts, target, rewrite_all=bool(zorder))
+    keys = cm.partition_keys(plan.schema, parts)  # column mapping: keyed by physical names
+    bins = bin_rows(files, keys, target, rewrite_all=bool(zorder))
     removed = added = 0
     # On row-level-concurrency tables a plain compaction records where each source's rows
     # went, so concurrent DV deletes on its inputs can be carried over instead of failing
@@ -109,7 +111,7 @@ def optimize(
         built,
         partition_predicates=(*built.partition_predicates, part_pred if part_pred is not None else ex.TRUE),
         predicates=(*built.predicates, pred if pred is not None else ex.TRUE),
-        read_files={**built.read_files, **_read_files(files, parts)},
+        read_files={**built.read_files, **_read_files(files, keys)},
     )
 
 
