@@ -33,9 +33,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField, StructType
 
 from eventlog import expr as ex
-from eventlog.errors import EventlogError, InvalidInputError, PredicateError, UnknownColumnError
+from eventlog.errors import InvalidInputError, PredicateError, UnknownColumnError
 from eventlog.files import column_mapping as cm
-from eventlog.files.constraints import WriteRules
 from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE, delete_files, write_data_files
 from eventlog.files.enforce import conform
 from eventlog.files.reader import physical_row_count
@@ -224,6 +223,8 @@ class TaskOutput:
     ) -> list[AddFile]:
         if rows.num_rows == 0:
             return []
+        if cm.is_mapped(self.ctx.arrow_schema) and not cm.is_mapped(rows.schema):
+            rows = cm.adopt(rows, self.ctx.arrow_schema)  # column mapping: written under physical names
         adds = write_data_files(
             self.fs,
             self.root,
@@ -233,8 +234,6 @@ class TaskOutput:
             target_file_size=target_file_size or self.ctx.target_file_size,
         )
         self.paths.extend(a.path for a in adds)
-        if cm.is_mapped(self.ctx.arrow_schema) and not cm.is_mapped(rows.schema):
-            rows = cm.adopt(rows, self.ctx.arrow_schema)  # column mapping: written under physical names
         # Recorded right after writing so the driver finds these files even if another
         # task fails the job after this one finished.
         self.fs.makedirs(self.manifest.rsplit("/", 1)[0], exist_ok=True)
