@@ -92,6 +92,9 @@ def upgrade(protocol: Protocol, schema: pa.Schema, properties: Mapping[str, str]
     have = features_of(protocol)
     if needed <= have:
         return protocol
+    legacy = _legacy_column_mapping(protocol, needed - have)
+    if legacy is not None and needed <= features_of(legacy):
+        return legacy
     features = have | needed | {"appendOnly", "invariants"}
     readers = {f for f in features if f in FEATURES and FEATURES[f].reader_writer}
     return Protocol(
@@ -100,3 +103,14 @@ def upgrade(protocol: Protocol, schema: pa.Schema, properties: Mapping[str, str]
         reader_features=tuple(sorted(readers | set(protocol.reader_features or ()))),
         writer_features=tuple(sorted(features)),
     )
+
+
+def _legacy_column_mapping(protocol: Protocol, missing: set[str]) -> Protocol | None:
+    """Column mapping on a legacy protocol goes to reader 2, writer 5 (at least), as Delta
+    upgrades it ("Column mapping requires at least protocol (2, 5)"); readers that know
+    column mapping but not table features (delta-rs 1.x) can then still read the table."""
+    if "columnMapping" not in missing or protocol.min_writer_version >= MAX_WRITER_VERSION:
+        return None
+    reader = max(protocol.min_reader_version, FEATURES["columnMapping"].legacy_reader or 2)
+    writer = max(protocol.min_writer_version, FEATURES["columnMapping"].legacy_writer or 5)
+    return Protocol(reader, writer)

@@ -17,6 +17,7 @@ from eventlog import ColumnMappingError, MetadataChangedException, Table, Unknow
 from eventlog.errors import InvalidTablePropertyError
 from eventlog.expr import parse_predicate
 from eventlog.files import column_mapping as cm
+from eventlog.log.actions import Protocol
 
 MODE = "delta.columnMapping.mode"
 
@@ -59,8 +60,8 @@ def test_a_new_mapped_table_stores_physical_names_everywhere(local_uri: str, mod
     assert snap.metadata.configuration["delta.columnMapping.maxColumnId"] == "6"
     physical = {f.name: cm.physical_name(f) for f in snap.schema}
     assert all(p.startswith("col-") and len(p) == 40 for p in physical.values())
-    assert "columnMapping" in (snap.protocol.reader_features or ())
-    assert "columnMapping" in (snap.protocol.writer_features or ())
+    # Delta's protocol for column mapping alone: reader 2, writer 5 (no feature lists).
+    assert snap.protocol == Protocol(2, 5)
     # Files: physical names and field ids; random two-character directories, not p=x.
     for path in _parquet_files(local_uri):
         rel = os.path.relpath(path, local_uri)
@@ -169,7 +170,7 @@ def test_enabling_mapping_keeps_old_files_readable(local_uri: str) -> None:
     assert [cm.physical_name(f) for f in snap.schema] == ["id", "p", "s", "v"]  # the names in the files
     assert [cm.field_id(f) for f in snap.schema] == [1, 2, 3, 6]
     assert snap.metadata.configuration["delta.columnMapping.maxColumnId"] == "6"
-    assert "columnMapping" in (snap.protocol.reader_features or ())
+    assert snap.protocol == Protocol(2, 5)  # upgraded from (1, 2), as Delta does
     t.rename_column("v", "w")
     t.append(pa.table({"id": [5], "p": ["x"], "w": ["five"]}))
     assert [r["w"] for r in _rows(t)] == ["one", "two", "three", "four", "five"]
@@ -181,6 +182,10 @@ def test_enabling_mapping_keeps_old_files_readable(local_uri: str) -> None:
 
 def test_dml_merge_optimize_and_schema_evolution_keep_physical_names(local_uri: str) -> None:
     t = _mapped(local_uri, "id", **{"delta.enableDeletionVectors": "true"})
+    protocol = t.snapshot().protocol  # with deletion vectors: table features, columnMapping listed
+    assert "columnMapping" in (protocol.reader_features or ()) and "columnMapping" in (
+        protocol.writer_features or ()
+    )
     t.rename_column("v", "w")
     t.append(pa.table({"id": [5], "p": ["x"], "w": ["five"]}))
     t.delete("id = 2")
