@@ -107,6 +107,7 @@ from eventlog.log.commitlog import resolve_slots
 from eventlog.log.location import TableLocation
 from lockstore import LeaseOwner, SlotStore
 from lockstore.registry import ENV_VAR
+from spark_adapter.errors import typed_task_errors
 from spark_adapter.types import option, option_bool, option_int, spark_to_arrow_schema, table_location
 from streaming import ownership
 from streaming.batchfiles import UNKNOWN, BatchFiles, abort_batch, write_batch_files
@@ -230,7 +231,8 @@ class EventlogStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
         if batch_id < 0:
             raise InvalidInputError("format('eventlog') streaming write outside a micro-batch (no batch id)")
         task = context.partitionId() if context is not None else 0
-        files = write_batch_files(plan, iterator, query_id=query_id, batch_id=batch_id, task=task)
+        with typed_task_errors():  # a ConstraintViolationError reaches the driver typed
+            files = write_batch_files(plan, iterator, query_id=query_id, batch_id=batch_id, task=task)
         return EventlogStreamCommitMessage(
             plan=plan,
             query_id=query_id,

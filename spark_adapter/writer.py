@@ -30,8 +30,9 @@ from pyspark.sql.types import StructType
 
 from eventlog import expr as ex
 from eventlog.errors import InvalidInputError, TableNotFoundError
+from eventlog.files.constraints import WriteRules
 from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE, delete_files, write_data_files
-from eventlog.files.enforce import conform, merge_schema
+from eventlog.files.enforce import merge_schema
 from eventlog.files.schema import from_spark_schema_json, to_spark_schema_json
 from eventlog.log.actions import AddFile
 from eventlog.log.location import TableLocation
@@ -41,6 +42,7 @@ from eventlog.ops.transaction import Transaction
 from eventlog.ops.write import stage_new_table
 from eventlog.table import Table
 from eventlog.userinput import check_app_id, check_optional_text
+from spark_adapter.errors import typed_task_errors
 from spark_adapter.types import option, option_bool, option_int, spark_to_arrow_schema, table_location
 
 __all__ = ["EventlogCommitMessage", "EventlogWriter", "WritePlan", "plan_write"]
@@ -79,6 +81,7 @@ class WritePlan:
     target_file_size: int
     skip: bool  # an idempotent write whose (txnAppId, txnVersion) is already committed
     group_commit: bool = False  # a blind append may share its version (eventlog.txn.groupcommit)
+    rules: WriteRules = dataclasses.field(default_factory=WriteRules)  # enforced in the tasks
 
     @property
     def uri(self) -> str:
@@ -140,7 +143,8 @@ def plan_write(options: Any, spark_schema: StructType, overwrite: bool) -> Write
         if app_id is not None and app_version is not None:
             skip = snap.txn_version(app_id) >= app_version
     # Schema enforcement before any task runs: the error names every offending column.
-    conform(data_schema.empty_table(), schema, context=f"write to {uri}")
+    rules = WriteRules.of(schema, props)
+    rules.conform(data_schema.empty_table(), schema, context=f"write to {uri}")
     if replace_where is not None:
         ex.parse_predicate(replace_where, schema, context="replaceWhere")
     return WritePlan(
@@ -158,6 +162,7 @@ def plan_write(options: Any, spark_schema: StructType, overwrite: bool) -> Write
         target_file_size=int(props.get(TARGET_FILE_SIZE_KEY, DEFAULT_TARGET_FILE_SIZE)),
         skip=skip,
         group_commit=option_bool(options, "groupCommit"),
+        rules=rules,
     )
 
 
@@ -212,16 +217,17 @@ class EventlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
         buffered: list[pa.RecordBatch] = []
         size = 0
         try:
-            for batch in iterator:
-                if batch.num_rows == 0:
-                    continue
-                buffered.append(batch)
-                size += batch.nbytes
-                if size >= _FLUSH_BYTES:
+            with typed_task_errors():
+                for batch in iterator:
+                    if batch.num_rows == 0:
+                        continue
+                    buffered.append(batch)
+                    size += batch.nbytes
+                    if size >= _FLUSH_BYTES:
+                        rows += self._flush(fs, root, buffered, schema, pred, adds)
+                        buffered, size = [], 0
+                if buffered:
                     rows += self._flush(fs, root, buffered, schema, pred, adds)
-                    buffered, size = [], 0
-            if buffered:
-                rows += self._flush(fs, root, buffered, schema, pred, adds)
         except BaseException:
             # A failed task's message never reaches abort(): clean up here.
             delete_files(fs, root, [a.path for a in adds])
@@ -237,7 +243,9 @@ class EventlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
         pred: ex.Expr | None,
         adds: list[AddFile],
     ) -> int:
-        data = conform(pa.Table.from_batches(batches), schema, context=f"write to {self.plan.uri}")
+        data = self.plan.rules.conform(
+            pa.Table.from_batches(batches), schema, context=f"write to {self.plan.uri}"
+        )
         if pred is not None:
             ok = ex.evaluate_mask(pred, data)
             bad = data.num_rows - (pc.sum(ok).as_py() or 0)

@@ -15,7 +15,6 @@ import fsspec
 import pyarrow as pa
 
 from eventlog.files.datafiles import delete_files, write_data_files
-from eventlog.files.enforce import conform
 from eventlog.log.actions import AddFile
 from eventlog.log.location import TableLocation
 from eventlog.table import Table
@@ -96,7 +95,9 @@ def write_batch_files(
     size = 0
 
     def flush() -> int:
-        data = conform(pa.Table.from_batches(buffered), schema, context=f"streaming write to {plan.uri}")
+        data = plan.rules.conform(
+            pa.Table.from_batches(buffered), schema, context=f"streaming write to {plan.uri}"
+        )
         adds.extend(
             write_data_files(
                 fs,

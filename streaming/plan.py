@@ -21,8 +21,9 @@ from eventlog.errors import (
     InvalidInputError,
     TableNotFoundError,
 )
+from eventlog.files.constraints import WriteRules
 from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE
-from eventlog.files.enforce import conform, merge_schema
+from eventlog.files.enforce import merge_schema
 from eventlog.files.schema import canonical_schema, from_spark_schema_json, to_spark_schema_json
 from eventlog.log.location import TableLocation
 from eventlog.ops.alter import APPEND_ONLY_KEY, TARGET_FILE_SIZE_KEY
@@ -80,6 +81,7 @@ class BatchPlan:
     partition_by: tuple[str, ...]
     target_file_size: int
     planned_ms: int = 0
+    rules: WriteRules = dataclasses.field(default_factory=WriteRules)  # enforced in the tasks
 
     @property
     def uri(self) -> str:
@@ -141,7 +143,8 @@ def plan_batch(
             raise InvalidInputError(
                 f"complete output mode replaces the table, which {uri} forbids ({APPEND_ONLY_KEY} = true)"
             )
-    conform(data_schema.empty_table(), schema, context=f"streaming write to {uri}")
+    rules = WriteRules.of(schema, props)  # enforced in the tasks (streaming.batchfiles)
+    rules.conform(data_schema.empty_table(), schema, context=f"streaming write to {uri}")
     try:
         target = int(props.get(TARGET_FILE_SIZE_KEY, DEFAULT_TARGET_FILE_SIZE))
     except ValueError:
@@ -155,6 +158,7 @@ def plan_batch(
         partition_by=tuple(parts),
         target_file_size=target,
         planned_ms=int(time.time() * 1000),
+        rules=rules,
     )
 
 

@@ -21,7 +21,7 @@ import functools
 import logging
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
@@ -33,10 +33,10 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField, StructType
 
 from eventlog import expr as ex
-from eventlog.errors import InvalidInputError, PredicateError, UnknownColumnError
+from eventlog.errors import EventlogError, InvalidInputError, PredicateError, UnknownColumnError
 from eventlog.files import column_mapping as cm
+from eventlog.files.constraints import WriteRules
 from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE, delete_files, write_data_files
-from eventlog.files.enforce import conform
 from eventlog.files.reader import physical_row_count
 from eventlog.files.scan import file_deletes, read_file_positions
 from eventlog.files.schema import from_spark_schema_json
@@ -45,6 +45,7 @@ from eventlog.log.location import TableLocation
 from eventlog.ops.alter import TARGET_FILE_SIZE_KEY
 from eventlog.ops.transaction import Transaction
 from eventlog.txn.transaction import CommitResult
+from spark_adapter.errors import recover_error, typed_task_errors
 from spark_adapter.native import tagged_rows
 
 log = logging.getLogger(__name__)
@@ -84,9 +85,11 @@ class JobContext:
     partition_columns: tuple[str, ...]
     target_file_size: int
     job_id: str
+    rules: WriteRules = field(default_factory=WriteRules)  # CHECK constraints, generated columns
+    regenerate: tuple[str, ...] = ()  # generated columns recomputed from the new values
 
     @staticmethod
-    def of(txn: Transaction) -> JobContext:
+    def of(txn: Transaction, regenerate: Sequence[str] = ()) -> JobContext:
         meta = txn.metadata
         size = int(meta.configuration.get(TARGET_FILE_SIZE_KEY, DEFAULT_TARGET_FILE_SIZE))
         return JobContext(
@@ -95,7 +98,14 @@ class JobContext:
             tuple(meta.partition_columns),
             size,
             uuid.uuid4().hex,
+            WriteRules.of(txn.schema, meta.configuration),
+            tuple(regenerate),
         )
+
+    def conform(self, rows: pa.Table, context: str) -> pa.Table:
+        """Rows as the table stores them: schema, NOT NULL, generated columns, constraints."""
+        stale = [c for c in self.regenerate if c in rows.column_names]
+        return self.rules.conform(rows.drop_columns(stale), self.arrow_schema, context=context)
 
     @property
     def uri(self) -> str:
@@ -344,21 +354,21 @@ def _write_task(
     ctx: JobContext, data_change: bool, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
     out = TaskOutput(ctx)
-    schema = ctx.arrow_schema
     results: list[Result] = []
     buffer: list[pa.RecordBatch] = []
     size = 0
     try:
-        for batch in batches:
-            buffer.append(batch)
-            size += batch.nbytes
-            if size >= _WRITE_BUFFER_BYTES:
-                rows = conform(pa.Table.from_batches(buffer), schema, context="write")
+        with typed_task_errors():
+            for batch in batches:
+                buffer.append(batch)
+                size += batch.nbytes
+                if size >= _WRITE_BUFFER_BYTES:
+                    rows = ctx.conform(pa.Table.from_batches(buffer), "write")
+                    results += add_results(-1, out.write(rows, data_change=data_change))
+                    buffer, size = [], 0
+            if buffer:
+                rows = ctx.conform(pa.Table.from_batches(buffer), "write")
                 results += add_results(-1, out.write(rows, data_change=data_change))
-                buffer, size = [], 0
-        if buffer:
-            rows = conform(pa.Table.from_batches(buffer), schema, context="write")
-            results += add_results(-1, out.write(rows, data_change=data_change))
     except BaseException:
         out.discard()
         raise
@@ -389,17 +399,26 @@ class PendingCommit:
 
 
 def run_planned(
-    spark: SparkSession, txn: Transaction, name: str, plan: Callable[[JobContext, StagedFiles], None]
+    spark: SparkSession,
+    txn: Transaction,
+    name: str,
+    plan: Callable[[JobContext, StagedFiles], None],
+    *,
+    regenerate: Sequence[str] = (),
 ) -> PendingCommit:
-    """Run ``plan`` (Spark jobs + staging) for ``txn``; on any failure nothing stays behind."""
-    ctx = JobContext.of(txn)
+    """Run ``plan`` (Spark jobs + staging) for ``txn``; on any failure nothing stays behind.
+    A typed error a task raised (ConstraintViolationError...) is raised as itself."""
+    ctx = JobContext.of(txn, regenerate)
     staged = StagedFiles(ctx)
     describe(spark, f"eventlog {name} {txn.table.uri}")
     try:
         plan(ctx, staged)
-    except BaseException:
+    except BaseException as exc:
         staged.fail()
         txn.abort()
+        typed = None if isinstance(exc, EventlogError) else recover_error(exc)
+        if typed is not None:
+            raise typed from exc
         raise
     finally:
         describe(spark, None)

@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from eventlog import Table
+from eventlog.files.generated import generated_columns
 from eventlog.log.actions import AddFile
 from eventlog.ops.mergeplan import (
     ClauseSpec,
@@ -167,7 +168,12 @@ class SparkMergeBuilder:
             files = txn.scan(merge.target_predicate)
             self._run(ctx, staged, txn, files, merge)
 
-        return run_planned(self._spark, txn, "MERGE", plan)
+        # generated columns no clause assigns are computed from the rows' new values
+        assigned = {
+            name.lower() for c in (*matched, *not_matched) for name in (c.from_source or c.values or {})
+        }
+        regenerate = [c for c in generated_columns(txn.schema) if c.lower() not in assigned]
+        return run_planned(self._spark, txn, "MERGE", plan, regenerate=regenerate)
 
     def _values(self, clause: MergeClause[Value]) -> dict[str, Column]:
         """Target column -> value (a Spark Column) for an update or insert clause."""

@@ -17,9 +17,9 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from eventlog.files.enforce import conform
 from eventlog.log.actions import AddFile
 from eventlog.ops.transaction import Transaction
+from spark_adapter.errors import typed_task_errors
 from spark_adapter.native import tagged_rows
 from spark_adapter.ops.jobs import (
     FILE_COL,
@@ -163,24 +163,25 @@ def _rewrite_task(
     results: list[Result] = []
     pending: list[pa.Table] = []
     try:
-        for fid, parts in _split_by_file(batches).items():
-            chunk = pa.Table.from_batches(parts)
-            mask = pc.fill_null(chunk.column(MATCH_COL), False).combine_chunks()
-            hits = int(pc.sum(mask).as_py() or 0)
-            if hits == 0:
-                continue
-            data = chunk.select(names)
-            if use_dv:
-                if mode == "update":
-                    pending.append(data.filter(mask))
-                positions = chunk.column(POS_COL).filter(mask).to_pylist()
-                results.append(("file", fid, None, hits, 0, positions))
-            else:
-                pending.append(data.filter(pc.invert(mask)) if mode == "delete" else data)
-                results.append(("file", fid, None, hits, chunk.num_rows - hits, None))
-        if pending:
-            rows = conform(pa.concat_tables(pending), ctx.arrow_schema, context=mode)
-            results += add_results(-1, out.write(rows, data_change=True))
+        with typed_task_errors():
+            for fid, parts in _split_by_file(batches).items():
+                chunk = pa.Table.from_batches(parts)
+                mask = pc.fill_null(chunk.column(MATCH_COL), False).combine_chunks()
+                hits = int(pc.sum(mask).as_py() or 0)
+                if hits == 0:
+                    continue
+                data = chunk.select(names)
+                if use_dv:
+                    if mode == "update":
+                        pending.append(data.filter(mask))
+                    positions = chunk.column(POS_COL).filter(mask).to_pylist()
+                    results.append(("file", fid, None, hits, 0, positions))
+                else:
+                    pending.append(data.filter(pc.invert(mask)) if mode == "delete" else data)
+                    results.append(("file", fid, None, hits, chunk.num_rows - hits, None))
+            if pending:
+                rows = ctx.conform(pa.concat_tables(pending, promote_options="default"), mode)
+                results += add_results(-1, out.write(rows, data_change=True))
     except BaseException:
         out.discard()
         raise

@@ -10,6 +10,7 @@ import orjson
 from pyspark.sql import Column, SparkSession
 from pyspark.sql.types import StructType
 
+from eventlog.files.generated import generated_columns
 from eventlog.ops.dml import begin_dml, resolve_set_columns
 from eventlog.ops.transaction import Transaction
 from spark_adapter.ops.jobs import (
@@ -49,4 +50,6 @@ def plan_update(
         txn.add_metrics(numRemovedFiles=len(touched), numUpdatedRows=counts[0], numCopiedRows=counts[1])
         stage_adds(txn, staged, adds)
 
-    return run_planned(spark, txn, "UPDATE", plan)
+    # generated columns not assigned are computed from the new values (as in Delta)
+    regenerate = [c for c in generated_columns(txn.schema) if c not in values]
+    return run_planned(spark, txn, "UPDATE", plan, regenerate=regenerate)
