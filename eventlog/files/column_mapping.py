@@ -12,9 +12,9 @@ In Arrow, the table schema carries that field metadata (JSON-encoded, like all S
 metadata here), so the schema alone says how a column is stored: :func:`physical_schema`
 gives the files' schema (physical names, ``PARQUET:field_id`` = the id), :func:`to_physical`
 and :func:`to_logical` rename Arrow data between the two without copying (same layout, other
-names). Reads resolve a column by its physical name; in ``id`` mode a file that lacks the
-physical name but has a Parquet field with the column's id resolves it by that id
-(:func:`resolve_by_id`), as the protocol asks of readers of ``id`` mode tables.
+names). Reads resolve a column by its physical name, in ``id`` mode too: Delta Spark and
+delta-rs write both the physical names and the field ids, so the two agree on their files
+(a file with matching field ids under other names is not resolved by id).
 
 Schema changes: :func:`assign` gives new fields ids and physical names (``col-<uuid>`` for
 new columns, as Delta does; the logical name itself when mapping is enabled on an existing
@@ -49,7 +49,6 @@ __all__ = [
     "physical_path",
     "physical_schema",
     "rename",
-    "resolve_by_id",
     "strip",
     "to_logical",
     "to_physical",
@@ -222,28 +221,6 @@ def adopt(data: pa.Table, schema: pa.Schema) -> pa.Table:
     fields = [schema.field(n) for n in data.column_names]
     cols = [_view(c, f.type) for c, f in zip(data.columns, fields, strict=True)]
     return pa.Table.from_arrays(cols, schema=pa.schema(fields))
-
-
-def resolve_by_id(file_schema: pa.Schema, wanted: pa.Schema) -> dict[str, str]:
-    """Top-level columns of ``wanted`` (a physical schema) that a file stores under another
-    name but with the same Parquet field id: {physical name: the file's name}."""
-    by_id: dict[int, str] = {}
-    for f in file_schema:
-        raw = (f.metadata or {}).get(FIELD_ID_KEY)
-        if raw is not None and raw.isdigit():
-            by_id[int(raw)] = f.name
-    if not by_id:
-        return {}
-    present = set(file_schema.names)
-    out = {}
-    for f in wanted:
-        raw = (f.metadata or {}).get(FIELD_ID_KEY)
-        if f.name in present or raw is None or not raw.isdigit():
-            continue
-        name = by_id.get(int(raw))
-        if name is not None:
-            out[f.name] = name
-    return out
 
 
 # --------------------------------------------------------------------------- changes
