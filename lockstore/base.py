@@ -46,6 +46,22 @@ Honest non-guarantees:
 * An error other than False (e.g. :class:`SlotStoreUnavailableError`) means the outcome of
   that call is unknown: the caller must look the claim up (``find_txn``) before retrying.
 
+Counters (:meth:`SlotStore.reserve_range`): one atomic, monotone counter per ``(table,
+name)``, starting at 0, for handing out disjoint ranges (the table engine's identity
+column values). ``reserve_range(table, name, count, floor)`` moves the counter from
+``max(counter, floor)`` to that plus ``count`` in one atomic step and returns where the
+range starts. Guarantees (contract-tested on every adapter):
+
+* **Disjoint ranges**: the ranges ``[first, first + count)`` returned for one ``(table,
+  name)`` never overlap, across threads, processes and (ZooKeeper, S3) machines.
+* **Floor respected**: ``first >= floor``; the counter never goes down.
+
+Honest non-guarantees: a call that raises (:class:`SlotStoreUnavailableError`) or whose
+caller dies may still have moved the counter: that range is lost (a gap), never handed
+out twice. Adapters retry an ambiguous write by re-reading, so a lost response also costs
+a gap, not a duplicate. Counters live as long as the store's records (the in-memory
+adapter's within its process).
+
 Waiting for the next version: :meth:`SlotStore.await_latest` blocks until ``latest``
 moves (group commit's followers wait on it). The default polls; the ZooKeeper adapter
 sets a watch and the in-memory adapter waits on a condition; the object-store adapter
@@ -154,6 +170,15 @@ class TableBindingError(LockstoreError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.table, self.bound_id, self.requested_id))
+
+
+def check_range_request(count: int, floor: int) -> None:
+    """ValueError unless ``count >= 1`` and ``floor >= 0`` (what every adapter's
+    :meth:`SlotStore.reserve_range` accepts)."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"count must be an int >= 1, got {count!r}")
+    if isinstance(floor, bool) or not isinstance(floor, int) or floor < 0:
+        raise ValueError(f"floor must be an int >= 0, got {floor!r}")
 
 
 def default_owner(app_id: str | None = None) -> dict[str, str]:
@@ -463,6 +488,11 @@ class SlotStore(ABC):
             if latest > seen or time.monotonic() >= deadline:
                 return latest
             time.sleep(min(0.001, max(0.0, deadline - time.monotonic())))
+
+    @abstractmethod
+    def reserve_range(self, table: str, name: str, count: int, floor: int = 0) -> int:
+        """Atomically move counter ``name`` of ``table`` from ``max(counter, floor)`` by
+        ``count`` and return that starting point (see "Counters" in the module docstring)."""
 
     def sessions(self) -> dict[str, dict[str, str]]:
         """Live writer sessions and their owners, for stores that track them ({} otherwise)."""

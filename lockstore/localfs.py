@@ -32,6 +32,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -51,6 +52,7 @@ from lockstore.base import (
     SlotStore,
     SlotStoreUnavailableError,
     TableBindingError,
+    check_range_request,
 )
 from lockstore.localfs_leases import _HELD as _HELD  # the leases this process holds
 from lockstore.localfs_leases import acquire_lease_file, lease_file_owner, lease_file_path
@@ -63,6 +65,7 @@ _DONE = ".done"
 _MAX_SYMLINK_PAYLOAD = 255
 _HINT = "_latest"
 _TABLE_ID = "_table_id"
+_COUNTERS = "_counters"  # <name>: the counter's value (replaced by rename); <name>.lock: flock-ed
 _TMP_PREFIX = ".tmp-"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_SAFE_LEN = 64
@@ -309,6 +312,34 @@ class LocalFileSlotStore(SlotStore):
             raise LockstoreError(f"corrupt table id file {path}: {exc}") from exc
         if bound != table_id:
             raise TableBindingError(table, bound, table_id)
+
+    def reserve_range(self, table: str, name: str, count: int, floor: int = 0) -> int:
+        """The counter file read and replaced (temp file + rename) under ``flock(2)`` of a
+        lock file beside it: one holder at a time across the processes of this machine, and
+        a crash mid-way leaves the old value or the new one, never a torn one."""
+        check_range_request(count, floor)
+        directory = os.path.join(self.table_dir(table), _COUNTERS)
+        path = os.path.join(directory, table_dir_name(name))
+        try:
+            os.makedirs(directory, exist_ok=True)
+            fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # released by the close below
+                try:
+                    with open(path, "rb") as f:
+                        current = int(f.read().decode("ascii") or "0")
+                except FileNotFoundError:
+                    current = 0
+                first = max(current, floor)
+                tmp = self._write_temp(directory, str(first + count).encode("ascii"))
+                os.replace(tmp, path)
+                if self._fsync:
+                    self._sync_dir(directory)
+            finally:
+                os.close(fd)
+        except (OSError, ValueError) as exc:
+            raise SlotStoreUnavailableError(f"counter {name!r} of {table!r} in {directory}: {exc}") from exc
+        return first
 
     def lease_path(self, name: str) -> str:
         """Absolute path of the file of lease ``name`` (may not exist yet)."""

@@ -29,6 +29,7 @@ from lockstore.base import (
     SlotRecord,
     SlotStore,
     TableBindingError,
+    check_range_request,
 )
 
 
@@ -94,6 +95,7 @@ class InMemorySlotStore(SlotStore):
         self._slots: dict[str, dict[int, _Slot]] = {}
         self._latest: dict[str, int] = {}
         self._bindings: dict[str, str] = {}
+        self._counters: dict[tuple[str, str], int] = {}
         self._lease_table = _MemoryLeases(self._lock)
         self._leases = LeaseSet()
 
@@ -154,6 +156,14 @@ class InMemorySlotStore(SlotStore):
             if slot is None:
                 raise SlotNotClaimedError(table, version)
             slot.complete = True
+
+    def reserve_range(self, table: str, name: str, count: int, floor: int = 0) -> int:
+        """The counter moved under the store's lock."""
+        check_range_request(count, floor)
+        with self._lock:
+            first = max(self._counters.get((table, name), 0), floor)
+            self._counters[(table, name)] = first + count
+        return first
 
     def bind(self, table: str, table_id: str) -> None:
         """Bind ``table`` to ``table_id`` on first call; raise :class:`TableBindingError` on another id."""

@@ -15,6 +15,9 @@ Layout, one "directory" (key prefix) per table under ``root``::
         00000000000000000007.done   empty; created (put-if-absent) once version 7 is published
         _latest                     best-effort hint: the text of a recently claimed version
         _table_id                   the table id bound to these slots (put-if-absent)
+        _counters/<lease_node_name(name)>/00000000000000000004.ctr
+                                    link 4 of counter ``name``: {"value": ..., "nonce": ...}
+                                    (put-if-absent; reserve_range creates the next link)
     root/_leases/<lease_node_name(name)>/
         00000000000000000003.lease  generation 3 of the lease: the owner's record (put-if-absent)
         00000000000000000003.beat   the holder's heartbeat, rewritten every ``lease_ttl / 3``
@@ -108,6 +111,7 @@ from lockstore.base import (
     SlotStore,
     SlotStoreUnavailableError,
     TableBindingError,
+    check_range_request,
     lease_node_name,
 )
 from lockstore.localfs import table_dir_name
@@ -124,6 +128,8 @@ _DONE = ".done"
 _HINT = "_latest"
 _TABLE_ID = "_table_id"
 _LEASES = "_leases"
+_COUNTERS = "_counters"
+_COUNTER = ".ctr"
 _HINT_EVERY = 16  # contiguous claims rewrite the hint only every this many versions
 _HINT_REPAIR_DISTANCE = 32  # latest() rewrites a hint that lags by this many versions
 _MINE_MAX = 4096  # own claims remembered (mark_complete skips the slot check for them)
@@ -131,6 +137,10 @@ _MINE_MAX = 4096  # own claims remembered (mark_complete skips the slot check fo
 
 def _slot_name(version: int) -> str:
     return f"{version:020d}{_SLOT}"
+
+
+def _counter_name(seq: int) -> str:
+    return f"{seq:020d}{_COUNTER}"
 
 
 def _done_name(version: int) -> str:
@@ -185,6 +195,7 @@ class ObjectStoreSlotStore(SlotStore):
         self._lock = threading.Lock()
         self._dirs: dict[str, str] = {}
         self._known: dict[str, int] = {}  # table -> highest version this handle saw exist
+        self._counter_seq: dict[str, int] = {}  # counter directory -> last link this handle saw
         self._mine: OrderedDict[tuple[str, int], None] = OrderedDict()  # own recent claims
         self._leases = LeaseSet()
 
@@ -332,6 +343,37 @@ class ObjectStoreSlotStore(SlotStore):
         if not mine and not self._objects.exists(f"{directory}/{_slot_name(version)}"):
             raise SlotNotClaimedError(table, version)
         self._objects.create(f"{directory}/{_done_name(version)}", b"")
+
+    def reserve_range(self, table: str, name: str, count: int, floor: int = 0) -> int:
+        """A chain of put-if-absent objects ``_counters/<name>/<seq>.ctr``, each holding the
+        counter's value after one reservation: creating ``seq + 1`` from the value at ``seq``
+        is the compare-and-swap. A refused create (another reservation won) moves on to it."""
+        check_range_request(count, floor)
+        directory = f"{self.table_dir(table)}/{_COUNTERS}/{lease_node_name(name)}"
+        with self._lock:
+            seq = self._counter_seq.get(directory)
+        if seq is None:
+            seq = max((parse_numbered(n, _COUNTER) for n in self._objects.list(directory)), default=-1)
+        while True:
+            value = 0
+            if seq >= 0:
+                raw = self._objects.get(f"{directory}/{_counter_name(seq)}")
+                if raw is None:  # links are never deleted: a listed or created one is there
+                    raise SlotStoreUnavailableError(
+                        f"counter object {directory}/{_counter_name(seq)} vanished"
+                    )
+                value = int(json.loads(raw)["value"])
+            first = max(value, floor)
+            record = {"value": first + count, "nonce": secrets.token_hex(8)}
+            payload = json.dumps(record, separators=(",", ":")).encode("utf-8")
+            target = f"{directory}/{_counter_name(seq + 1)}"
+            # A refused create may be our own first attempt whose response was lost: only our
+            # exact record (nonce) is ours.
+            if self._objects.create(target, payload) or self._objects.get(target) == payload:
+                with self._lock:
+                    self._counter_seq[directory] = seq + 1
+                return first
+            seq += 1
 
     def bind(self, table: str, table_id: str) -> None:
         """Bind ``table``'s slots to ``table_id`` (put-if-absent of ``_table_id``, then a read

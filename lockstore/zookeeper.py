@@ -5,6 +5,7 @@ Layout under the store's chroot (default ``/eventlog``)::
     /tables/<sha1(table key)[:20]>      {"key": ..., "table_id": ...}   (bind)
         /latest                          "<N>"  the highest claimed version (a CAS counter)
         /slots/<20-digit N>              {"claim": {...}, "claimed_at": ..., "session": ..., "complete": bool}
+        /counters/<sha1(name)[:20]>      "<n>"  a reserve_range counter (version-checked set)
     /ids/<table id>                      {"key": ...}   one table under one key only
     /sessions/<session id hex>           ephemeral: {"host", "pid", "app_id"} while a writer lives
     /leases/<sanitised name>-<sha1[:20]> ephemeral: {"name", "host", "pid", "info", "acquired_ms", "token"}
@@ -107,6 +108,7 @@ from lockstore.base import (
     SlotStoreClosedError,
     SlotStoreUnavailableError,
     TableBindingError,
+    check_range_request,
     default_owner,
 )
 from lockstore.zookeeper_leases import ZooKeeperLeases
@@ -380,6 +382,31 @@ class ZooKeeperSlotStore(ZooKeeperLeases, SlotStore):
             if record is not None and record.claim.covers(txn_id):
                 return version
         return None
+
+    def reserve_range(self, table: str, name: str, count: int, floor: int = 0) -> int:
+        """A compare-and-swap loop on the counter's znode (``set`` with the version read).
+
+        A retried ``set`` whose first attempt landed fails its version check and the loop
+        reads again: the lost range is a gap, never handed out twice."""
+        check_range_request(count, floor)
+        path = f"{self._table_path(table)}/counters/{table_node_name(name)}"
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                data, stat = self._call("get", path)
+            except NoNodeError:
+                with contextlib.suppress(NodeExistsError):
+                    self._call("create", path, b"0", acl=self._acl, makepath=True)
+                continue
+            first = max(int(data.decode() or "0"), floor)
+            try:
+                self._call("set", path, str(first + count).encode(), version=stat.version)
+                return first
+            except BadVersionError:
+                if time.monotonic() > deadline:
+                    raise SlotStoreUnavailableError(
+                        f"counter {name!r} of {table!r}: still contended after {self.timeout}s"
+                    ) from None
 
     def bind(self, table: str, table_id: str) -> None:
         self._ensure_table(table)

@@ -143,6 +143,9 @@ class UnguardedSlots(SlotStore):
     def mark_complete(self, table: str, version: int) -> None:
         raise self.error()
 
+    def reserve_range(self, table: str, name: str, count: int, floor: int = 0) -> int:
+        raise self.error()
+
     def acquire_lease(self, name: str, owner: LeaseOwner) -> Lease:
         raise self.error()
 
