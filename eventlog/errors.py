@@ -270,7 +270,8 @@ class ColumnMappingError(InvalidInputError):
     ``DELTA_UNSUPPORTED_COLUMN_MAPPING_MODE_CHANGE``, ``DELTA_UNSUPPORTED_DROP_PARTITION_COLUMN``).
 
     Fields: ``operation`` (``RENAME COLUMN``, ``DROP COLUMNS``, ``SET TBLPROPERTIES``),
-    ``reason`` (``mapping required``, ``mode change``, ``partition column``), ``mode`` (the
+    ``reason`` (``mapping required``, ``mode change``, ``partition column``, ``dependent
+    expression``: a CHECK constraint or generated column reads the column), ``mode`` (the
     table's column mapping mode) and ``property`` (``delta.columnMapping.mode``: the property
     to set, or the one whose change was refused).
     """
@@ -279,6 +280,22 @@ class ColumnMappingError(InvalidInputError):
         EventlogError.__init__(
             self, message, operation=operation, reason=reason, mode=mode, property=property
         )
+
+
+class IdentityColumnError(InvalidInputError):
+    """A write or schema that breaks an identity column's rules (Delta's
+    ``DELTA_IDENTITY_COLUMNS_*`` errors): values supplied for a ``GENERATED ALWAYS`` column,
+    an UPDATE or MERGE that assigns an identity column, an identity column that is not
+    BIGINT, has step 0, is a partition column or nested, or carries a generation expression.
+    Nothing was committed and no data file is left behind.
+
+    Fields: ``column``, ``reason`` (``explicit insert``, ``update``, ``type``, ``step``,
+    ``partition column``, ``nested``, ``generated``, ``sync``) and ``operation`` (the write's
+    context: ``append``, ``merge``, ``UPDATE``, ``create``...).
+    """
+
+    def __init__(self, message: str, *, column: str, reason: str, operation: str) -> None:
+        EventlogError.__init__(self, message, column=column, reason=reason, operation=operation)
 
 
 class ConstraintViolationError(InvalidInputError):

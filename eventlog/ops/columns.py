@@ -13,10 +13,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+import orjson
 import pyarrow as pa
 
+from eventlog import expr as ex
 from eventlog.errors import (
     ColumnMappingError,
+    EventlogError,
     InvalidInputError,
     InvalidTablePropertyError,
     UnknownColumnError,
@@ -25,6 +28,9 @@ from eventlog.files import column_mapping as cm
 from eventlog.files.schema import canonical_schema, to_spark_schema_json
 from eventlog.txn.plan import Plan, PlanBuilder
 from eventlog.userinput import check_string_list, check_text
+
+CONSTRAINT_PREFIX = "delta.constraints."
+GENERATION_KEY = b"delta.generationExpression"
 
 __all__ = ["drop_columns", "evolve_schema", "mapping_properties", "rename_column"]
 
@@ -52,6 +58,31 @@ def _path(name: str, schema: pa.Schema, context: str) -> list[str]:
     return name.split(".")
 
 
+def _check_dependents(plan: PlanBuilder, path: Sequence[str], operation: str) -> None:
+    """Refuse to rename or drop a column a CHECK constraint or a generated column's expression
+    reads (Delta: DELTA_CONSTRAINT_DEPENDENT_COLUMN_CHANGE, DELTA_GENERATED_COLUMNS_DEPENDENT_
+    COLUMN_CHANGE): the stored SQL names the column by its logical name."""
+    schema, target = plan.schema, ".".join(path).lower()
+    sources = [(k, v) for k, v in plan.metadata.configuration.items() if k.startswith(CONSTRAINT_PREFIX)]
+    for f in schema:
+        meta = f.metadata or {}
+        if GENERATION_KEY in meta:
+            sources.append((f"generated column {f.name}", str(orjson.loads(meta[GENERATION_KEY]))))
+    for where, sql in sources:
+        try:
+            used = {c.name.lower() for c in ex.referenced_columns(ex.parse_expression(sql, schema))}
+        except EventlogError:
+            continue  # an expression we cannot parse names no column we can check
+        if any(u == target or u.startswith(f"{target}.") or target.startswith(f"{u}.") for u in used):
+            raise ColumnMappingError(
+                f"cannot {operation.lower()} {'.'.join(path)!r}: {where} ({sql!r}) uses it",
+                operation=operation,
+                reason="dependent expression",
+                mode=cm.mode_of(plan.metadata.configuration),
+                property=cm.MODE_KEY,
+            )
+
+
 def rename_column(plan: PlanBuilder, old: str, new: str) -> Plan:
     """Rename the column (or struct field, ``"a.b"``) ``old`` to ``new`` (a name, not a path)."""
     _require_mapping(plan, "RENAME COLUMN")
@@ -61,6 +92,7 @@ def rename_column(plan: PlanBuilder, old: str, new: str) -> Plan:
     renamed = cm.rename(schema, path, new)
     if renamed is None:
         raise UnknownColumnError(old, list(schema.names), "rename_column")
+    _check_dependents(plan, path, "RENAME COLUMN")
     canonical_schema(renamed)  # rejects a name clashing with a sibling (case-insensitively)
     parts = list(plan.metadata.partition_columns)
     if len(path) == 1 and path[0] in parts:  # partition values are keyed by physical names
@@ -97,6 +129,7 @@ def drop_columns(plan: PlanBuilder, names: Sequence[str]) -> Plan:
         dropped = cm.drop(schema, path)
         if dropped is None:
             raise UnknownColumnError(name, list(schema.names), "drop_columns")
+        _check_dependents(plan, path, "DROP COLUMNS")
         if any(pa.types.is_struct(t) and t.num_fields == 0 for t in _struct_types(dropped)):
             raise InvalidInputError(f"cannot drop {name!r}: it is the last field of its struct")
         schema = dropped

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from eventlog import Table
-from eventlog.files.column_mapping import physical_name
+from eventlog.files.column_mapping import field_id, physical_name
 from spark_adapter import EventlogTable
 from spark_adapter.native import NATIVE_CONF
 from tests.spark.test_native_read import assert_same
@@ -108,3 +108,21 @@ def test_streaming_sink_and_source_on_a_mapped_table(spark: Any, tmp_path: Path)
     assert q.exception() is None
     got = Table.open(out).to_arrow().sort_by("ident").to_pylist()
     assert got == sorted(EXPECTED, key=lambda r: r["ident"])
+
+
+def test_spark_merge_schema_gives_new_columns_physical_names(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    _mapped_table(tmp_path / "t")
+    ddl = "ident BIGINT, part STRING, s STRUCT<a2: INT, b: STRING>, extra DOUBLE"
+    df = spark.createDataFrame([(7, "x", None, 1.5)], ddl)
+    df.write.format("eventlog").mode("append").option("mergeSchema", "true").save(uri)
+    t = Table.open(uri)
+    extra = t.schema.field("extra")
+    assert physical_name(extra).startswith("col-") and field_id(extra) == 7
+    assert t.snapshot().metadata.configuration["delta.columnMapping.maxColumnId"] == "7"
+    assert [(r["ident"], r["extra"]) for r in t.to_arrow().sort_by("ident").to_pylist()] == [
+        (1, None), (3, None), (4, None), (7, 1.5),
+    ]  # fmt: skip
+    assert _rows(spark.read.format("eventlog").load(uri).select("ident", "extra").where("extra > 1")) == [
+        {"ident": 7, "extra": 1.5}
+    ]

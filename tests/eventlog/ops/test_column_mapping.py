@@ -222,3 +222,19 @@ def test_rename_fails_a_concurrent_write(local_uri: str) -> None:
     assert info.value.winning_version == 1
     assert Table.open(local_uri).version == 1
     assert len(Table.open(local_uri).to_arrow()) == 4
+
+
+def test_columns_a_constraint_reads_cannot_be_renamed_or_dropped(local_uri: str) -> None:
+    t = _mapped(local_uri)
+    t.add_constraint("positive", "id > 0")
+    t.add_constraint("short", "s.b IS NULL OR LENGTH(s.b) < 10")
+    before = (t.version, t.snapshot().metadata)
+    for change in (lambda: t.rename_column("id", "ident"), lambda: t.drop_columns(["s.b"])):
+        with pytest.raises(ColumnMappingError) as info:
+            change()
+        assert info.value.reason == "dependent expression"
+    with pytest.raises(ColumnMappingError):
+        t.drop_columns(["s"])  # the struct holds the field the constraint reads
+    assert (t.version, t.snapshot().metadata) == before
+    t.rename_column("v", "w")  # a column no constraint reads
+    assert t.schema.names == ["id", "p", "s", "w"]
