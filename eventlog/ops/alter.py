@@ -113,7 +113,7 @@ def add_columns(plan: PlanBuilder, fields: Sequence[pa.Field]) -> Plan:
         if not f.nullable:
             raise InvalidInputError(f"added column {f.name!r} must be nullable (existing rows hold null)")
         existing.add(f.name.lower())
-        new_fields.append(f)
+        new_fields.append(cm.strip(pa.schema([f])).field(0))  # ids of another table mean nothing here
     if not new_fields:
         raise InvalidInputError("add_columns needs at least one field")
     new_schema = canonical_schema(pa.schema([*schema, *new_fields]))

@@ -238,3 +238,14 @@ def test_columns_a_constraint_reads_cannot_be_renamed_or_dropped(local_uri: str)
     assert (t.version, t.snapshot().metadata) == before
     t.rename_column("v", "w")  # a column no constraint reads
     assert t.schema.names == ["id", "p", "s", "w"]
+
+
+def test_columns_taken_from_another_mapped_table_get_ids_of_their_own(tmp_path: Path) -> None:
+    other = _mapped(str(tmp_path / "other"))
+    t = _mapped(str(tmp_path / "t"))
+    t.drop_columns(["v"])
+    t.add_columns([other.schema.field("v").with_name("v2")])  # carries the other table's id 6
+    added = t.schema.field("v2")
+    assert cm.field_id(added) == 7
+    assert cm.physical_name(added) not in {cm.physical_name(f) for f in other.schema}
+    assert [r["v2"] for r in _rows(t)] == [None] * 4
