@@ -22,6 +22,7 @@ from eventlog.errors import (
     DataFileNotFoundError,
     DeltaConcurrentModificationException,
     EventlogError,
+    IdentityColumnError,
     InvalidInputError,
     InvalidTablePropertyError,
     InvalidTextError,
@@ -42,6 +43,7 @@ from eventlog.errors import (
     UnsupportedProtocolError,
     VersionNotFoundError,
 )
+from eventlog.files.identity import identity_field
 from eventlog.log.verify import VerifyReport
 from eventlog.ops.transaction import Transaction
 from eventlog.snapshot import Snapshot
@@ -67,6 +69,7 @@ __all__ = [
     "DataFileNotFoundError",
     "DeltaConcurrentModificationException",
     "EventlogError",
+    "IdentityColumnError",
     "InvalidInputError",
     "InvalidTablePropertyError",
     "InvalidTextError",
@@ -96,5 +99,6 @@ __all__ = [
     "VerifyReport",
     "VersionChange",
     "VersionNotFoundError",
+    "identity_field",
     "write_table",
 ]

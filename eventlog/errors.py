@@ -282,6 +282,22 @@ class ColumnMappingError(InvalidInputError):
         )
 
 
+class IdentityColumnError(InvalidInputError):
+    """A write or schema that breaks an identity column's rules (Delta's
+    ``DELTA_IDENTITY_COLUMNS_*`` errors): values supplied for a ``GENERATED ALWAYS`` column,
+    an UPDATE or MERGE that assigns an identity column, an identity column that is not
+    BIGINT, has step 0, is a partition column or nested, or carries a generation expression.
+    Nothing was committed and no data file is left behind.
+
+    Fields: ``column``, ``reason`` (``explicit insert``, ``update``, ``type``, ``step``,
+    ``partition column``, ``nested``, ``generated``, ``sync``) and ``operation`` (the write's
+    context: ``append``, ``merge``, ``UPDATE``, ``create``...).
+    """
+
+    def __init__(self, message: str, *, column: str, reason: str, operation: str) -> None:
+        EventlogError.__init__(self, message, column=column, reason=reason, operation=operation)
+
+
 class ConstraintViolationError(InvalidInputError):
     """Rows that break a table constraint: a CHECK constraint (``delta.constraints.<name>``),
     a column invariant (``delta.invariants``), a generated column's expression, or NOT NULL.

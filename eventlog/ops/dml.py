@@ -17,6 +17,7 @@ from eventlog.errors import (
 )
 from eventlog.expr.evaluate import ARROW_ERRORS
 from eventlog.files.constraints import WriteRules
+from eventlog.files.identity import check_not_assigned
 from eventlog.log.actions import AddFile
 from eventlog.ops.common import check_append_only, write_rows
 from eventlog.ops.rows import matching_files, remove_rows
@@ -90,6 +91,7 @@ def update(plan: PlanBuilder, predicate: str | None, assignments: Mapping[str, s
     begin_dml(plan, "UPDATE", predicate)
     if not assignments:
         raise InvalidInputError("UPDATE needs at least one SET assignment")
+    check_not_assigned(plan.schema, assignments.keys(), "UPDATE")  # identity columns (Delta)
     pred = plan.parse_predicate(predicate) if predicate is not None else None
     exprs = parse_assignments(plan, assignments)
     files = plan.scan(pred)

@@ -29,6 +29,7 @@ from eventlog import expr as ex
 from eventlog.errors import InvalidInputError
 from eventlog.expr.evaluate import ARROW_ERRORS
 from eventlog.files.constraints import WriteRules
+from eventlog.files.identity import check_not_assigned, identity_columns
 from eventlog.files.scan import FileScan, top_level_columns
 from eventlog.log.actions import AddFile
 from eventlog.ops.common import to_arrow_table, write_rows
@@ -88,6 +89,7 @@ class _MergeClauses:
 
     def when_matched_update(self, condition: str | None = None, set: Mapping[str, str] | None = None) -> Self:
         spec = ClauseSpec.update(condition, set, method="when_matched_update")
+        check_not_assigned(self.target_schema, (set or {}).keys(), "MERGE")  # identity columns
         self.matched.append(self.scope.resolve(spec))
         return self
 
@@ -299,10 +301,13 @@ class _MergeClauses:
         if env is None:
             return None
         out: list[pa.Table] = []
+        identity = {c.name for c in identity_columns(self.target_schema)}
         for clause, chosen in self._rows_per_clause(merge.not_matched, env):
             cols: dict[str, Any] = {}
             for field in self.target_schema:
                 expr = clause.assignments.get(field.name)
+                if expr is None and field.name in identity:
+                    continue  # generated below
                 if expr is None:
                     cols[field.name] = pa.nulls(chosen.num_rows, field.type)
                 else:
@@ -310,7 +315,8 @@ class _MergeClauses:
                         cols[field.name] = pc.cast(ex.evaluate(expr, chosen, self._resolve), field.type)
                     except ARROW_ERRORS as exc:
                         raise InvalidInputError(f"cannot insert into column {field.name!r}: {exc}") from exc
-            out.append(pa.table(cols))
+            rows = self._out.generate_identity(pa.table(cols), self.target_schema, "MERGE")
+            out.append(rows.select(self.target_schema.names))
         return pa.concat_tables(out) if out else None
 
     def _delete_by_dv(

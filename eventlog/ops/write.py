@@ -36,6 +36,7 @@ def _prepare_data(plan: PlanBuilder, data: Any, schema_mode: str | None, context
         if not merged.equals(schema):
             change_schema(plan, merged)
             schema = plan.schema  # as staged (column mapping gives new fields physical names)
+    table = plan.generate_identity(table, schema, context)  # identity columns left out
     return WriteRules.of(schema, plan.metadata.configuration).conform(table, schema, context=context)
 
 

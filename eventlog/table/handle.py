@@ -24,6 +24,7 @@ import pyarrow as pa
 from eventlog import expr as ex
 from eventlog.errors import InvalidInputError, TableAlreadyExistsError, VersionNotFoundError
 from eventlog.files.constraints import WriteRules
+from eventlog.files.identity import check_identity_schema
 from eventlog.files.schema import canonical_schema
 from eventlog.log.audit import audit_key_from_env
 from eventlog.log.cleanup import cleanup_cutoff_ms, cleanup_expired_logs
@@ -137,6 +138,7 @@ class Table(AlterTable):
             schema = rows.schema
         arrow_schema = canonical_schema(schema)
         parts = check_partition_by(partition_by, arrow_schema)
+        check_identity_schema(arrow_schema, parts, "create")
         props = dict(properties or {})
         validate_properties(props)
         arrow_schema, props = mapping_properties(arrow_schema, {}, props, new_table=True)  # column mapping
@@ -151,6 +153,7 @@ class Table(AlterTable):
         if rows is not None:
             try:
                 rules = WriteRules.of(arrow_schema, props)
+                rows = txn.generate_identity(rows, arrow_schema, "create")
                 adds = write_rows(txn, rules.conform(rows, arrow_schema, context="create"))
             except BaseException:
                 txn.abort()

@@ -30,12 +30,13 @@ from eventlog.errors import DeltaConcurrentModificationException
 from eventlog.files.datafiles import delete_files
 from eventlog.files.deletion_vectors import dv_file_path
 from eventlog.files.scan import file_deletes
-from eventlog.log.actions import Action, AddFile, CommitInfo, RemoveFile
+from eventlog.log.actions import Action, AddFile, CommitInfo, Metadata, RemoveFile
 from eventlog.log.audit import chain_commit
 from eventlog.log.commit import Commit
 from eventlog.log.storage import LogStore
 from eventlog.snapshot import Snapshot
 from eventlog.txn.conflicts import TransactionSummary, WinningCommit, check_conflicts
+from eventlog.txn.identity import restage_metadata
 from eventlog.txn.retry import RetryPolicy
 from lockstore import SlotStore
 
@@ -186,7 +187,22 @@ class CommitAttempt:
                 raise
             log.info("rebased on winning commit %s", commit.version, extra=fields)
         rebuilt = self._rebuild_if_rebased()
-        return self._rebase_timestamp(winners) or rebuilt
+        restaged = self._restage_identity_marks()
+        return self._rebase_timestamp(winners) or rebuilt or restaged
+
+    def _restage_identity_marks(self) -> bool:
+        """A commit whose only metadata change is identity high-water marks carries the
+        metadata it rebased on (a winner's) with the furthest marks: never a mark below one
+        the log already holds, and every other field as the winner left it."""
+        summary = self.summary
+        if not summary.identity or summary.metadata is not None or summary.read_metadata is None:
+            return False
+        staged = restage_metadata(summary.read_metadata, summary.identity)
+        index = next(i for i, a in enumerate(self.body) if isinstance(a, Metadata))
+        if self.body[index] == staged:
+            return False
+        self.body[index] = staged
+        return True
 
     def _rebuild_if_rebased(self) -> bool:
         """Row-level resolution may rewrite this commit's adds and removes."""

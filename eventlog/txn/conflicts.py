@@ -10,7 +10,9 @@ decides which exception a user sees, so it is part of the contract:
 
 0. RESTORE only   -> ConcurrentWriteException   (any winner at all)
 1. protocol        -> ProtocolChangedException   (two creators of one table land here)
-2. metadata        -> MetadataChangedException   (schema, properties, partitioning)
+2. metadata        -> MetadataChangedException   (schema, properties, partitioning; a winner
+                      that only moved identity high-water marks conflicts only when its values
+                      may overlap this transaction's: :mod:`eventlog.txn.identity`)
 3. domain metadata -> ConcurrentTransactionException ("A conflicting metadata domain ...")
 4. app txn ids     -> ConcurrentTransactionException (a txn appId this transaction read)
 5. added files that should have been read  -> ConcurrentAppendException
@@ -73,6 +75,7 @@ from eventlog.log.filetable import AddFiles, RemoveFiles, add_files, adds_table
 from eventlog.snapshot.isolation import IsolationLevel
 from eventlog.snapshot.protocol import check_supported, removed_features
 from eventlog.txn import rowlevel
+from eventlog.txn.identity import IdentityRange, foreign_overlap, only_marks_changed
 from eventlog.txn.rowlevel import CompactionSource, DvUpdate, RowLevelState
 
 # Configuration changes a concurrent commit may make without failing writers in flight:
@@ -129,6 +132,9 @@ class TransactionSummary:
     # RESTORE-like commits that rewrite the table from a version ("commitLarge" in
     # Delta Spark) tolerate no concurrent commit at all.
     fail_on_any_winner: bool = False
+    # Identity values this transaction generated (eventlog.txn.identity). Its staged
+    # high-water-mark move is not in ``metadata``: the rules treat it as no metadata change.
+    identity: tuple[IdentityRange, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -316,6 +322,21 @@ def _check_metadata(txn: TransactionSummary, winner: WinningCommit) -> Transacti
     if txn.metadata is not None or txn.read_metadata is None:
         raise _conflict(MetadataChangedException, txn, winner)
     old = txn.read_metadata
+    if only_marks_changed(old, new):
+        # Beyond Delta: a winner that only moved identity high-water marks (an insert)
+        # conflicts only when it may have generated values in a range this transaction
+        # reserved: a foreign writer's mark that reached our range. Our own writers'
+        # ranges are disjoint (one counter). The staged marks are rebased by the caller.
+        overlap = foreign_overlap(old, new, winner.commit_info, txn.identity)
+        if overlap is not None:
+            raise _conflict(
+                MetadataChangedException,
+                txn,
+                winner,
+                detail=f"identity column {overlap.column}: a concurrent writer's high-water mark "
+                f"reached this transaction's values (from {overlap.first}). ",
+            )
+        return dataclasses.replace(txn, read_metadata=new)
     same_identity = (
         old.id == new.id
         and old.schema_string == new.schema_string

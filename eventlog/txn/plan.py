@@ -45,6 +45,7 @@ from eventlog.log.filetable import add_files
 from eventlog.snapshot import Snapshot
 from eventlog.snapshot.protocol import check_writable
 from eventlog.txn.attempt import CommitTarget
+from eventlog.txn.identity import IdentityRange, generate_identity
 from eventlog.txn.rowlevel import CompactionSource, DvUpdate
 from eventlog.userinput import check_app_id, check_json_text, check_text, check_txn_version
 
@@ -83,6 +84,7 @@ class Plan:
     dv_updates: Mapping[str, DvUpdate] = dataclasses.field(default_factory=dict)
     compaction: tuple[CompactionSource, ...] = ()
     fail_on_any_winner: bool = False
+    identity: tuple[IdentityRange, ...] = ()  # identity values generated (eventlog.txn.identity)
 
 
 class PlanBuilder:
@@ -126,6 +128,7 @@ class PlanBuilder:
         self._dv_updates: dict[str, DvUpdate] = {}
         self._pending_deletes: dict[str, tuple[AddFile, FrozenBitMap64, FrozenBitMap64, int]] = {}
         self._compaction: list[CompactionSource] = []
+        self._identity: list[IdentityRange] = []
 
     @property
     def _who(self) -> str:
@@ -286,6 +289,20 @@ class PlanBuilder:
         self._require_open()
         self._domains[domain] = DomainMetadata(domain, configuration, removed)
 
+    def generate_identity(self, data: pa.Table, schema: pa.Schema, operation: str) -> pa.Table:
+        """``data`` with identity values reserved and filled for the identity columns it
+        leaves out (:func:`eventlog.txn.identity.generate_identity`); the ranges are recorded."""
+        data, ranges = generate_identity(
+            data, schema, slots=self.table.slots, table_key=self.table.key, operation=operation
+        )
+        self.record_identity(ranges)
+        return data
+
+    def record_identity(self, ranges: Iterable[IdentityRange]) -> None:
+        """Record identity values written (by Spark tasks, say): the commit moves the marks."""
+        self._require_open()
+        self._identity.extend(ranges)
+
     def require_no_concurrent_commits(self) -> None:
         """Fail the commit with ConcurrentWriteException if any commit wins first."""
         self._fail_on_any_winner = True
@@ -316,6 +333,7 @@ class PlanBuilder:
             dv_updates=dict(self._dv_updates),
             compaction=tuple(self._compaction),
             fail_on_any_winner=self._fail_on_any_winner,
+            identity=tuple(self._identity),
         )
 
     def discard_files(self) -> None:

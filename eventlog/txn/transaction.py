@@ -55,6 +55,7 @@ from eventlog.txn.attempt import CommitAttempt, CommitResult, CommitTarget, Pend
 from eventlog.txn.commitloop import CommitLoop
 from eventlog.txn.conflicts import ReadSet, TransactionSummary
 from eventlog.txn.groupcommit import GroupCommitLoop, groupable
+from eventlog.txn.identity import restage_metadata, stamp_commit_info
 from eventlog.txn.plan import DV_PROPERTY, Plan, PlanBuilder, _now_ms, dv_relative_path
 from eventlog.userinput import (
     check_app_id,
@@ -176,6 +177,7 @@ class CoreTransaction(PlanBuilder):
         self._dv_updates.update(plan.dv_updates)
         self._compaction.extend(plan.compaction)
         self._fail_on_any_winner = self._fail_on_any_winner or plan.fail_on_any_winner
+        self._identity.extend(plan.identity)
 
     # ------------------------------------------------------------------ commit
 
@@ -196,8 +198,11 @@ class CoreTransaction(PlanBuilder):
         body: list[Action] = []
         if self._protocol is not None:
             body.append(self._protocol)
-        if self._metadata is not None:
-            body.append(self._metadata)
+        metadata = self._metadata
+        if self._identity:  # identity values generated: move the high-water marks
+            metadata = restage_metadata(self.metadata, self._identity)
+        if metadata is not None:
+            body.append(metadata)
         body.extend(self._txns.values())
         body.extend(self._domains.values())
         body.extend(self._removes)
@@ -220,6 +225,7 @@ class CoreTransaction(PlanBuilder):
             user_metadata=self.user_metadata,
             operation_metrics=self._metrics,
         )
+        info = stamp_commit_info(info, self._identity, only_marks=self._metadata is None)
         _reject_unencodable([info])
         return body, info, level
 
@@ -250,6 +256,7 @@ class CoreTransaction(PlanBuilder):
             dv_updates=dict(self._dv_updates),
             compaction=tuple(self._compaction),
             fail_on_any_winner=self._fail_on_any_winner,
+            identity=tuple(self._identity),
         )
 
     def _row_level(self) -> bool:

@@ -76,12 +76,10 @@ def test_features_only_block_while_the_table_uses_them() -> None:
     )
     invariants = _meta(field_metadata={"delta.invariants": '{"expression": {"expression": "id > 0"}}'})
     assert unsupported(Protocol(1, 2), invariants, Operation.WRITE) == []
-    identity = Protocol(1, 6)
+    identity = Protocol(1, 6)  # identity values are generated (eventlog.txn.identity)
     assert unsupported(identity, _meta(), Operation.WRITE) == []
-    assert unsupported(identity, _meta(field_metadata={"delta.identity.start": "1"}), Operation.WRITE) == [
-        "identityColumns"
-    ]
-    assert unsupported(identity, _meta(field_metadata={"delta.identity.start": "1"}), Operation.READ) == []
+    for op in Operation:
+        assert unsupported(identity, _meta(field_metadata={"delta.identity.start": "1"}), op) == []
     mapping = Protocol(2, 5)
     assert unsupported(mapping, _meta({"delta.columnMapping.mode": "none"}), Operation.READ) == []
     for op in Operation:  # column mapping is implemented (eventlog.files.column_mapping)

@@ -1,0 +1,195 @@
+"""Identity values for concurrent writers: reserved through the slot store, recorded in
+the commit, and reconciled by the conflict checker (beyond Delta Spark, where every insert
+moves the high-water mark and a concurrent insert fails with MetadataChangedException).
+
+How a write gets its values::
+
+    floor = first slot past the snapshot's highWaterMark     (respects any writer: Delta Spark too)
+    first = slots.reserve_range(table, "identity/<column>", n, floor)   atomic: ranges are disjoint
+    rows get start + (first .. first+n-1) * step
+    commit: metaData with highWaterMark = furthest(read mark, our last value)
+            commitInfo["eventlog.identity"] = {column: [[first value, last value], ...]}
+            commitInfo["tags"]["delta.identity.schemaUpdate"] = "true" (identity-only change)
+
+A winning commit whose metadata differs from what this transaction read only in
+high-water marks (:func:`only_marks_changed`) does not conflict with it
+(:func:`foreign_overlap` says when it does), and the staged metaData is rebuilt on the
+winner's with the furthest marks (:func:`restage_metadata`): the log's mark never falls
+below a value in a committed row, so a Delta Spark writer that inserts afterwards starts
+past every value handed out through the log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pyarrow as pa
+
+from eventlog.files.identity import (
+    HIGH_WATER_MARK_KEY,
+    IdentityColumn,
+    check_no_explicit_values,
+    fill_identity,
+    identity_columns,
+    with_high_water_marks,
+)
+from eventlog.files.schema import from_spark_schema_json
+from eventlog.log.actions import CommitInfo, Metadata
+
+if TYPE_CHECKING:
+    from lockstore import SlotStore
+
+__all__ = [
+    "COMMIT_INFO_KEY",
+    "IDENTITY_TAG",
+    "IdentityRange",
+    "counter_name",
+    "foreign_overlap",
+    "generate_identity",
+    "only_marks_changed",
+    "recorded_ranges",
+    "reserve",
+    "restage_metadata",
+    "stamp_commit_info",
+]
+
+COMMIT_INFO_KEY = "eventlog.identity"
+IDENTITY_TAG = "delta.identity.schemaUpdate"
+
+
+@dataclasses.dataclass(frozen=True)
+class IdentityRange:
+    """Values ``first .. last`` (inclusive, in step order) of ``column`` that a write used."""
+
+    column: str
+    first: int
+    last: int
+
+
+def counter_name(column: IdentityColumn) -> str:
+    """The slot-store counter of ``column`` (its physical name: stable across renames)."""
+    return f"identity/{column.physical}"
+
+
+def reserve(slots: SlotStore, table_key: str, column: IdentityColumn, count: int) -> int:
+    """Reserve ``count`` slots of ``column``; the first slot index (past the column's mark)."""
+    return slots.reserve_range(table_key, counter_name(column), count, floor=column.next_index())
+
+
+def generate_identity(
+    data: pa.Table,
+    schema: pa.Schema,
+    *,
+    slots: SlotStore,
+    table_key: str,
+    operation: str,
+) -> tuple[pa.Table, list[IdentityRange]]:
+    """``data`` with values generated for every identity column it leaves out, and the
+    ranges used; IdentityColumnError if it supplies a ``GENERATED ALWAYS`` column. Columns
+    it supplies (``BY DEFAULT``) are kept as they are."""
+    columns = identity_columns(schema)
+    if not columns:
+        return data, []
+    names = data.schema.names
+    check_no_explicit_values(columns, names, operation)
+    ranges: list[IdentityRange] = []
+    for column in columns:
+        if column.name in names:
+            continue
+        n = data.num_rows
+        first = reserve(slots, table_key, column, n) if n else 0
+        data = fill_identity(data, column, first)
+        if n:
+            ranges.append(IdentityRange(column.name, column.value(first), column.value(first + n - 1)))
+    return data, ranges
+
+
+def marks_after(metadata: Metadata, ranges: Iterable[IdentityRange]) -> dict[str, int]:
+    """Column -> the mark ``metadata`` must carry once ``ranges`` are in the table."""
+    columns = {c.name: c for c in identity_columns(from_spark_schema_json(metadata.schema_string))}
+    out: dict[str, int] = {}
+    for r in ranges:
+        column = columns.get(r.column)
+        if column is None:
+            continue
+        mark = column.merged_mark(out.get(r.column, column.high_water_mark), r.first, r.last)
+        if mark is not None:
+            out[r.column] = mark
+    return out
+
+
+def restage_metadata(base: Metadata, ranges: Sequence[IdentityRange]) -> Metadata:
+    """``base`` with every identity column's mark moved past ``ranges`` (never back)."""
+    marks = marks_after(base, ranges)
+    if not marks:
+        return base
+    return dataclasses.replace(base, schema_string=with_high_water_marks(base.schema_string, marks))
+
+
+def stamp_commit_info(info: CommitInfo, ranges: Sequence[IdentityRange], *, only_marks: bool) -> CommitInfo:
+    """``info`` recording the ranges (``eventlog.identity``) and, for a commit whose only
+    metadata change is the marks, Delta's identity-only tag."""
+    if not ranges:
+        return info
+    record: dict[str, list[list[int]]] = {}
+    for r in ranges:
+        record.setdefault(r.column, []).append([r.first, r.last])
+    extra: dict[str, Any] = {**info.extra, COMMIT_INFO_KEY: record}
+    if only_marks:
+        extra["tags"] = {**(info.extra.get("tags") or {}), IDENTITY_TAG: "true"}
+    return dataclasses.replace(info, extra=extra)
+
+
+def recorded_ranges(info: CommitInfo | None) -> list[IdentityRange] | None:
+    """The ranges a commit of ours recorded; None for a commit without the record (a
+    foreign writer's, or one that generated nothing)."""
+    if info is None:
+        return None
+    record = info.extra.get(COMMIT_INFO_KEY)
+    if not isinstance(record, Mapping):
+        return None
+    return [IdentityRange(str(c), int(a), int(b)) for c, pairs in record.items() for a, b in pairs]
+
+
+def _without_marks(schema_string: str) -> Any:
+    doc = orjson.loads(schema_string)
+    for field in doc.get("fields", []):
+        (field.get("metadata") or {}).pop(HIGH_WATER_MARK_KEY, None)
+    return doc
+
+
+def only_marks_changed(old: Metadata, new: Metadata) -> bool:
+    """Whether ``new`` differs from ``old`` in identity high-water marks only."""
+    if old.schema_string == new.schema_string:
+        return False  # not a mark change (the caller's other rules apply)
+    same_rest = dataclasses.replace(old, schema_string=new.schema_string) == new
+    return same_rest and _without_marks(old.schema_string) == _without_marks(new.schema_string)
+
+
+def foreign_overlap(
+    read: Metadata, winner: Metadata, winner_info: CommitInfo | None, ours: Sequence[IdentityRange]
+) -> IdentityRange | None:
+    """A range of ours that a marks-only winner may have generated values in, or None.
+
+    A winner of ours recorded its ranges: they come from the same counter, disjoint from
+    ours by construction. A foreign winner (Delta Spark) generated values up to its mark,
+    from the mark we read on: it can overlap a range of ours only if its mark reached the
+    range's first value (the Delta outcome, MetadataChangedException, then follows).
+    """
+    if not ours or recorded_ranges(winner_info) is not None:
+        return None
+    columns = {c.name: c for c in identity_columns(from_spark_schema_json(winner.schema_string))}
+    before = {c.name: c for c in identity_columns(from_spark_schema_json(read.schema_string))}
+    for r in ours:
+        column = columns.get(r.column)
+        if column is None or column.high_water_mark is None:
+            continue
+        old = before.get(r.column)
+        if old is not None and old.high_water_mark == column.high_water_mark:
+            continue  # the winner did not move this column's mark
+        if not column.beyond(r.first, column.high_water_mark):
+            return r
+    return None
