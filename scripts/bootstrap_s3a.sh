@@ -15,7 +15,10 @@ case "$CACHE" in /*) ;; *) CACHE="$PWD/$CACHE" ;; esac # jars.txt lists absolute
 
 log() { echo "bootstrap_s3a: $*" >&2; }
 
-pyspark_jars="$("$VENV/bin/python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"
+if ! pyspark_jars="$("$VENV/bin/python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))' 2>/dev/null)"; then
+  log "no pyspark in $VENV (the 'spark' extra): nothing to do"
+  exit 0
+fi
 jar_stamp="$CACHE/.resolved"
 jar_want="$(sha256sum "$POM" | cut -d' ' -f1) $(ls "$pyspark_jars" | sha256sum | cut -d' ' -f1)"
 if [ -f "$jar_stamp" ] && [ "$(cat "$jar_stamp")" = "$jar_want" ] && [ -f "$CACHE/jars.txt" ]; then
