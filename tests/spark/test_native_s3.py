@@ -435,3 +435,12 @@ def test_s3a_jars_lists_hadoop_aws_and_the_sdk_not_pyspark_jars() -> None:
     shipped = {re.sub(r"-\d[^/]*\.jar$", "", j) for j in os.listdir(Path(pyspark.__file__).parent / "jars")}
     assert {re.sub(r"-\d[^/]*\.jar$", "", n) for n in names} & shipped == set()
     assert sum(os.path.getsize(j) for j in jars) < 40_000_000  # no 690 MB SDK bundle
+
+
+def test_s3a_jars_says_what_to_run_when_they_are_missing(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setenv(s3a.JARS_ENV, str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=re.escape("run scripts/bootstrap_s3a.sh")):
+        s3a.s3a_jars()
+    (tmp_path / "jars.txt").write_text(str(tmp_path / "gone.jar") + "\n")
+    with pytest.raises(FileNotFoundError, match=re.escape("gone.jar")):
+        s3a.s3a_jars()
