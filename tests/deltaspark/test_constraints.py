@@ -47,7 +47,7 @@ def test_we_enforce_what_delta_spark_added(spark: Any, tmp_path: Path) -> None:
     spark.sql(f"INSERT INTO {t_sql} (id, ts, v) VALUES (1, TIMESTAMP'2024-01-01 10:00:00', 'a')")
     table = Table.open(path)
     snap = table.refresh()
-    assert snap.properties["delta.constraints.id_pos"] == "id > 0 AND length(v) < 5"
+    assert snap.properties["delta.constraints.id_pos"] == "id > 0 AND length ( v ) < 5"  # Delta's spelling
     before = _state(table)
     utc = pa.timestamp("us", "UTC")
     with pytest.raises(ConstraintViolationError) as err:
@@ -94,9 +94,11 @@ def test_delta_spark_enforces_what_we_added(spark: Any, tmp_path: Path) -> None:
     with pytest.raises(SPARK_ERRORS) as err:
         spark.sql(f"INSERT INTO {t_sql} (id, ts) VALUES (500, TIMESTAMP'2024-03-02 00:00:00')")
     assert "DELTA_VIOLATE_CONSTRAINT_WITH_VALUES" in _error_text(err.value)
-    with pytest.raises(SPARK_ERRORS) as err:  # NOT NULL
+    with pytest.raises(SPARK_ERRORS) as err:  # NULL fails a CHECK in Delta too, before NOT NULL
         spark.sql(f"INSERT INTO {t_sql} (id, ts) VALUES (NULL, TIMESTAMP'2024-03-02 00:00:00')")
-    assert "DELTA_NOT_NULL_CONSTRAINT_VIOLATED" in _error_text(err.value)
+    assert "CHECK constraint id_small (id < 100) violated by row with values:\n - id : null" in _error_text(
+        err.value
+    )
     with pytest.raises(SPARK_ERRORS) as err:  # a supplied generated value that differs
         spark.sql(f"INSERT INTO {t_sql} VALUES (7, TIMESTAMP'2024-03-02 00:00:00', DATE'2000-01-01')")
     assert "Generated Column" in _error_text(err.value)
@@ -107,6 +109,9 @@ def test_delta_spark_enforces_what_we_added(spark: Any, tmp_path: Path) -> None:
     # Delta Spark's partition directory for its row follows the generated value
     assert any(p.startswith("d=2024-03-02") for p in table.files())
     spark.sql(f"ALTER TABLE {t_sql} DROP CONSTRAINT id_small")
+    with pytest.raises(SPARK_ERRORS) as err:  # our NOT NULL column
+        spark.sql(f"INSERT INTO {t_sql} (id, ts) VALUES (NULL, TIMESTAMP'2024-03-02 00:00:00')")
+    assert "DELTA_NOT_NULL_CONSTRAINT_VIOLATED" in _error_text(err.value)
     table.append(pa.table({"id": [500], "ts": pa.array([None], pa.timestamp("us", "UTC"))}))
     assert sorted(r["id"] for r in delta_arrow(spark, path).to_pylist()) == [1, 2, 500]
     assert os.path.isdir(path)
