@@ -144,7 +144,10 @@ def _in_set(value: Any, values: pa.Array, *, has_null: bool) -> Any:
     """``value IN values`` with SQL semantics: a NULL value gives NULL, and so does a miss when
     the list held a NULL (so that NOT IN never turns those rows TRUE)."""
     null = pa.scalar(None, _BOOL)
-    hit = pc.if_else(pc.is_valid(value), pc.is_in(value, value_set=values), null)
+    if getattr(value, "null_count", None) == 0:  # arrays without NULL: one pass instead of three
+        hit = pc.is_in(value, value_set=values)
+    else:
+        hit = pc.if_else(pc.is_valid(value), pc.is_in(value, value_set=values), null)
     return pc.if_else(hit, True, null) if has_null else hit
 
 
