@@ -57,6 +57,7 @@ from pyspark.sql.types import StructType
 from eventlog.errors import InvalidInputError
 from eventlog.snapshot import Snapshot
 from eventlog.table import Table
+from spark_adapter.errors import typed_task_errors
 from spark_adapter.reader import DEFAULT_MAX_PARTITION_BYTES, EventlogReader, PruningReader, ScanSource
 from spark_adapter.stream_reader import EventlogStreamReader
 from spark_adapter.stream_writer import EventlogStreamWriter, create_stream_writer
@@ -104,7 +105,8 @@ class EventlogDataSource(DataSource):  # type: ignore[misc]
         return EventlogReader(source, schema, snap)
 
     def writer(self, schema: StructType, overwrite: bool) -> EventlogWriter:
-        return EventlogWriter(plan_write(self.options, schema, overwrite))
+        with typed_task_errors():  # a planning error reaches the caller recoverable (recover_error)
+            return EventlogWriter(plan_write(self.options, schema, overwrite))
 
     def streamReader(self, schema: StructType) -> EventlogStreamReader:
         """``spark.readStream.format("eventlog")``: see :mod:`spark_adapter.stream_reader`.

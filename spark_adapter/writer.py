@@ -41,6 +41,7 @@ from eventlog.ops.columns import evolve_schema
 from eventlog.ops.transaction import Transaction
 from eventlog.ops.write import stage_new_table
 from eventlog.table import Table
+from eventlog.table.identity import TaskIdentity, check_identity_write, ranges_from_json, ranges_to_json
 from eventlog.userinput import check_app_id, check_optional_text
 from spark_adapter.errors import typed_task_errors
 from spark_adapter.types import option, option_bool, option_int, spark_to_arrow_schema, table_location
@@ -60,6 +61,7 @@ class EventlogCommitMessage(WriterCommitMessage):  # type: ignore[misc]
 
     adds: list[dict[str, Any]]
     num_rows: int
+    identity: list[list[Any]] = dataclasses.field(default_factory=list)  # ranges the task reserved
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,7 +146,9 @@ def plan_write(options: Any, spark_schema: StructType, overwrite: bool) -> Write
             skip = snap.txn_version(app_id) >= app_version
     # Schema enforcement before any task runs: the error names every offending column.
     rules = WriteRules.of(schema, props)
-    rules.conform(data_schema.empty_table(), schema, context=f"write to {uri}")
+    rules.conform(
+        check_identity_write(schema, data_schema, f"write to {uri}"), schema, context=f"write to {uri}"
+    )
     if replace_where is not None:
         ex.parse_predicate(replace_where, schema, context="replaceWhere")
     return WritePlan(
@@ -216,6 +220,7 @@ class EventlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
         rows = 0
         buffered: list[pa.RecordBatch] = []
         size = 0
+        ids = TaskIdentity(plan.uri, plan.slots, plan.location.storage_options)  # identity values
         try:
             with typed_task_errors():
                 for batch in iterator:
@@ -224,15 +229,17 @@ class EventlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
                     buffered.append(batch)
                     size += batch.nbytes
                     if size >= _FLUSH_BYTES:
-                        rows += self._flush(fs, root, buffered, schema, pred, adds)
+                        rows += self._flush(fs, root, buffered, schema, pred, adds, ids)
                         buffered, size = [], 0
                 if buffered:
-                    rows += self._flush(fs, root, buffered, schema, pred, adds)
+                    rows += self._flush(fs, root, buffered, schema, pred, adds, ids)
         except BaseException:
             # A failed task's message never reaches abort(): clean up here.
             delete_files(fs, root, [a.path for a in adds])
             raise
-        return EventlogCommitMessage([a.to_json() for a in adds], rows)
+        finally:
+            ids.close()
+        return EventlogCommitMessage([a.to_json() for a in adds], rows, ranges_to_json(ids.ranges))
 
     def _flush(
         self,
@@ -242,10 +249,11 @@ class EventlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
         schema: pa.Schema,
         pred: ex.Expr | None,
         adds: list[AddFile],
+        ids: TaskIdentity,
     ) -> int:
-        data = self.plan.rules.conform(
-            pa.Table.from_batches(batches), schema, context=f"write to {self.plan.uri}"
-        )
+        context = f"write to {self.plan.uri}"
+        data = ids.fill(pa.Table.from_batches(batches), schema, context)
+        data = self.plan.rules.conform(data, schema, context=context)
         if pred is not None:
             ok = ex.evaluate_mask(pred, data)
             bad = data.num_rows - (pc.sum(ok).as_py() or 0)
@@ -276,6 +284,7 @@ class EventlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
             return
         table, txn = self._transaction()
         try:
+            txn.record_identity(r for m in done for r in ranges_from_json(m.identity))
             self._commit(txn, adds, rows)
         finally:
             table.close()  # a ZooKeeper slot store's session with it

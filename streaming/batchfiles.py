@@ -18,6 +18,7 @@ from eventlog.files.datafiles import delete_files, write_data_files
 from eventlog.log.actions import AddFile
 from eventlog.log.location import TableLocation
 from eventlog.table import Table
+from eventlog.table.identity import TaskIdentity
 from streaming.plan import BatchPlan
 
 __all__ = [
@@ -66,6 +67,7 @@ class BatchFiles:
 
     adds: tuple[dict[str, Any], ...]
     num_rows: int
+    identity: tuple[tuple[str, int, int], ...] = ()  # identity values reserved (column, first, last)
 
     @property
     def add_files(self) -> list[AddFile]:
@@ -93,10 +95,12 @@ def write_batch_files(
     rows = 0
     buffered: list[pa.RecordBatch] = []
     size = 0
+    ids = TaskIdentity(plan.uri, plan.options.slots, plan.location.storage_options)  # identity values
 
     def flush() -> int:
+        context = f"streaming write to {plan.uri}"
         data = plan.rules.conform(
-            pa.Table.from_batches(buffered), schema, context=f"streaming write to {plan.uri}"
+            ids.fill(pa.Table.from_batches(buffered), schema, context), schema, context=context
         )
         adds.extend(
             write_data_files(
@@ -124,7 +128,10 @@ def write_batch_files(
     except BaseException:
         delete_files(fs, root, [a.path for a in adds])
         raise
-    return BatchFiles(tuple(a.to_json() for a in adds), rows)
+    finally:
+        ids.close()
+    identity = tuple((r.column, r.first, r.last) for r in ids.ranges)
+    return BatchFiles(tuple(a.to_json() for a in adds), rows, identity)
 
 
 # --------------------------------------------------------------------------- abort

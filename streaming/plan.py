@@ -30,6 +30,7 @@ from eventlog.ops.alter import APPEND_ONLY_KEY, TARGET_FILE_SIZE_KEY
 from eventlog.ops.columns import evolve_schema
 from eventlog.snapshot.new_table import check_partition_by
 from eventlog.table import Table
+from eventlog.table.identity import check_identity_write
 from eventlog.userinput import check_app_id, check_optional_text
 from streaming.compaction import DEFAULT_MIN_FILES
 
@@ -144,7 +145,8 @@ def plan_batch(
                 f"complete output mode replaces the table, which {uri} forbids ({APPEND_ONLY_KEY} = true)"
             )
     rules = WriteRules.of(schema, props)  # enforced in the tasks (streaming.batchfiles)
-    rules.conform(data_schema.empty_table(), schema, context=f"streaming write to {uri}")
+    supplied = check_identity_write(schema, data_schema, f"streaming write to {uri}")  # identity columns
+    rules.conform(supplied, schema, context=f"streaming write to {uri}")
     try:
         target = int(props.get(TARGET_FILE_SIZE_KEY, DEFAULT_TARGET_FILE_SIZE))
     except ValueError:

@@ -84,6 +84,7 @@ from eventlog.ops.write import stage_new_table
 from eventlog.snapshot import Snapshot
 from eventlog.snapshot.isolation import IsolationLevel
 from eventlog.table import Table
+from eventlog.txn.identity import IdentityRange, only_marks_changed
 from eventlog.txn.plan import Plan, PlanBuilder
 from streaming.batchfiles import (
     UNKNOWN,
@@ -267,6 +268,8 @@ def _metadata_changed(
         return None
     if latest.metadata == base.metadata and latest.protocol == base.protocol:
         return None
+    if latest.protocol == base.protocol and only_marks_changed(base.metadata, latest.metadata):
+        return None  # concurrent inserts moved identity high-water marks: not a schema change
     commit = _first_change(table, base, latest)
     version = commit.version if commit is not None else latest.version
     info = commit.commit_info if commit is not None else None
@@ -359,9 +362,11 @@ def commit_batch(
     rows = sum(f.num_rows for f in files)
     table = _open(plan)
     try:
+        identity = [IdentityRange(*r) for f in files for r in f.identity]  # reserved in the tasks
         return _commit(
-            table, plan, adds, rows, app_id=app_id, query_id=query_id, run_id=run_id, batch_id=batch_id
-        )
+            table, plan, adds, rows, app_id=app_id, query_id=query_id, run_id=run_id, batch_id=batch_id,
+            identity=identity,
+        )  # fmt: skip
     finally:
         table.close()
 
@@ -386,6 +391,7 @@ def _commit(
     query_id: str,
     run_id: str,
     batch_id: int,
+    identity: Sequence[IdentityRange] = (),
 ) -> BatchCommit:
     provenance = {"queryId": query_id, "runId": run_id, "batchId": batch_id, "appId": app_id}
     parameters = {
@@ -436,6 +442,7 @@ def _commit(
         log.debug("batch %d of query %s wrote no rows: nothing to commit", batch_id, query_id)
         return BatchCommit(batch_id, None, 0, 0, read_version)
     merged = plan.schema if plan.options.merge_schema else None
+    txn.record_identity(identity)
     txn.run(
         lambda p: _stream_update(
             p, adds, complete=plan.complete, schema=merged, num_rows=rows, parameters=parameters

@@ -22,7 +22,7 @@ past every value handed out through the log.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -46,6 +46,7 @@ __all__ = [
     "COMMIT_INFO_KEY",
     "IDENTITY_TAG",
     "IdentityRange",
+    "Reserve",
     "counter_name",
     "foreign_overlap",
     "generate_identity",
@@ -79,17 +80,16 @@ def reserve(slots: SlotStore, table_key: str, column: IdentityColumn, count: int
     return slots.reserve_range(table_key, counter_name(column), count, floor=column.next_index())
 
 
+Reserve = Callable[[IdentityColumn, int], int]  # (column, count) -> first slot index
+
+
 def generate_identity(
-    data: pa.Table,
-    schema: pa.Schema,
-    *,
-    slots: SlotStore,
-    table_key: str,
-    operation: str,
+    data: pa.Table, schema: pa.Schema, reserve: Reserve, *, operation: str
 ) -> tuple[pa.Table, list[IdentityRange]]:
     """``data`` with values generated for every identity column it leaves out, and the
     ranges used; IdentityColumnError if it supplies a ``GENERATED ALWAYS`` column. Columns
-    it supplies (``BY DEFAULT``) are kept as they are."""
+    it supplies (``BY DEFAULT``) are kept as they are. ``reserve``: where the slots come
+    from (:func:`reserve` on the table's slot store); not called for no rows."""
     columns = identity_columns(schema)
     if not columns:
         return data, []
@@ -100,7 +100,7 @@ def generate_identity(
         if column.name in names:
             continue
         n = data.num_rows
-        first = reserve(slots, table_key, column, n) if n else 0
+        first = reserve(column, n) if n else 0
         data = fill_identity(data, column, first)
         if n:
             ranges.append(IdentityRange(column.name, column.value(first), column.value(first + n - 1)))

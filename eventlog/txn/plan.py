@@ -27,6 +27,7 @@ from pyroaring import BitMap64, FrozenBitMap64
 
 from eventlog import expr as ex
 from eventlog.errors import InvalidInputError, InvalidTextError, TransactionStateError
+from eventlog.files.column_mapping import with_mode
 from eventlog.files.datafiles import delete_files
 from eventlog.files.deletion_vectors import dv_file_path, write_deletion_vectors
 from eventlog.files.pruning import prune_table
@@ -45,7 +46,7 @@ from eventlog.log.filetable import add_files
 from eventlog.snapshot import Snapshot
 from eventlog.snapshot.protocol import check_writable
 from eventlog.txn.attempt import CommitTarget
-from eventlog.txn.identity import IdentityRange, generate_identity
+from eventlog.txn.identity import IdentityRange, generate_identity, reserve
 from eventlog.txn.rowlevel import CompactionSource, DvUpdate
 from eventlog.userinput import check_app_id, check_json_text, check_text, check_txn_version
 
@@ -149,7 +150,9 @@ class PlanBuilder:
     @property
     def schema(self) -> pa.Schema:
         if self._metadata is not None:
-            return from_spark_schema_json(self._metadata.schema_string)
+            return with_mode(
+                from_spark_schema_json(self._metadata.schema_string), self._metadata.configuration
+            )
         assert self.snapshot is not None
         return self.snapshot.schema
 
@@ -292,8 +295,9 @@ class PlanBuilder:
     def generate_identity(self, data: pa.Table, schema: pa.Schema, operation: str) -> pa.Table:
         """``data`` with identity values reserved and filled for the identity columns it
         leaves out (:func:`eventlog.txn.identity.generate_identity`); the ranges are recorded."""
+        slots, key = self.table.slots, self.table.key
         data, ranges = generate_identity(
-            data, schema, slots=self.table.slots, table_key=self.table.key, operation=operation
+            data, schema, lambda column, n: reserve(slots, key, column, n), operation=operation
         )
         self.record_identity(ranges)
         return data

@@ -29,7 +29,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from eventlog import Table
+from eventlog.errors import IdentityColumnError
 from eventlog.files.generated import generated_columns
+from eventlog.files.identity import check_no_explicit_values, check_not_assigned, identity_columns
 from eventlog.log.actions import AddFile
 from eventlog.ops.mergeplan import (
     ClauseSpec,
@@ -163,6 +165,7 @@ class SparkMergeBuilder:
         matched = [scope.resolve(c, parse=False, sql=_sql) for c in self._matched]
         not_matched = [scope.resolve(c, parse=False, sql=_sql) for c in self._not_matched]
         merge = begin_merge(txn, scope, on_sql, on, matched, not_matched)
+        _check_identity(txn.schema, matched, not_matched)
 
         def plan(ctx: JobContext, staged: StagedFiles) -> None:
             files = txn.scan(merge.target_predicate)
@@ -310,6 +313,30 @@ class SparkMergeBuilder:
             )
         )
         stage_adds(txn, staged, adds)
+
+
+def _check_identity(
+    schema: pa.Schema, matched: Sequence[MergeClause[Any]], not_matched: Sequence[MergeClause[Any]]
+) -> None:
+    """Identity columns: no clause may update one (Delta), and this Spark MERGE does not
+    generate values: an insert must assign every identity column (``BY DEFAULT``) or the
+    MERGE runs on the engine (``Table.merge``), which reserves them."""
+    for clause in matched:
+        if clause.kind == "update" and not clause.from_source:
+            check_not_assigned(schema, clause.values.keys(), "MERGE")
+    columns = identity_columns(schema)
+    for clause in not_matched:
+        given = {n.lower() for n in (clause.from_source or clause.values or {})}
+        check_no_explicit_values(columns, given, "MERGE")
+        for column in columns:
+            if column.name.lower() not in given:
+                raise IdentityColumnError(
+                    f"MERGE through Spark: the insert clause leaves identity column {column.name} "
+                    "to be generated, which this Spark MERGE does not do; use Table.merge",
+                    column=column.name,
+                    reason="not supported",
+                    operation="MERGE",
+                )
 
 
 def _when(chain: Any, test: Column, value: Column) -> Column:

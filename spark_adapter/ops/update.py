@@ -11,6 +11,7 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql.types import StructType
 
 from eventlog.files.generated import generated_columns
+from eventlog.files.identity import check_not_assigned
 from eventlog.ops.dml import begin_dml, resolve_set_columns
 from eventlog.ops.transaction import Transaction
 from spark_adapter.ops.jobs import (
@@ -37,6 +38,7 @@ def plan_update(
     sql = condition_sql(spark, schema, condition)
     begin_dml(txn, "UPDATE", sql)
     names = resolve_set_columns([f.name for f in schema.fields], assignments)
+    check_not_assigned(txn.schema, names.values(), "UPDATE")  # identity columns (Delta)
     types = {f.name: f.dataType for f in schema.fields}
     values: dict[str, Column] = {
         names[column]: to_column(value).cast(types[names[column]]) for column, value in assignments.items()
