@@ -12,9 +12,9 @@ In Arrow, the table schema carries that field metadata (JSON-encoded, like all S
 metadata here), so the schema alone says how a column is stored: :func:`physical_schema`
 gives the files' schema (physical names, ``PARQUET:field_id`` = the id), :func:`to_physical`
 and :func:`to_logical` rename Arrow data between the two without copying (same layout, other
-names). Reads resolve a column by its physical name, in ``id`` mode too: Delta Spark and
-delta-rs write both the physical names and the field ids, so the two agree on their files
-(a file with matching field ids under other names is not resolved by id).
+names). Reads resolve a column by its physical name; in ``id`` mode (which the schema
+carries as schema-level metadata, :func:`with_mode`) a file holding the column's field id
+under another name is read by that id (:func:`resolve_by_id`), as the protocol asks.
 
 Schema changes: :func:`assign` gives new fields ids and physical names (``col-<uuid>`` for
 new columns, as Delta does; the logical name itself when mapping is enabled on an existing
@@ -41,6 +41,7 @@ __all__ = [
     "assign",
     "drop",
     "field_id",
+    "is_id_mode",
     "is_mapped",
     "max_id",
     "mode_of",
@@ -49,9 +50,11 @@ __all__ = [
     "physical_path",
     "physical_schema",
     "rename",
+    "resolve_by_id",
     "strip",
     "to_logical",
     "to_physical",
+    "with_mode",
 ]
 
 MODE_KEY = "delta.columnMapping.mode"
@@ -62,6 +65,7 @@ MODES = ("none", "name", "id")
 #: How pyarrow reads and writes Parquet field ids: field metadata under this key.
 FIELD_ID_KEY = b"PARQUET:field_id"
 _MAPPING_KEYS = (ID_KEY.encode(), PHYSICAL_KEY.encode(), FIELD_ID_KEY)
+_MODE_META = MODE_KEY.encode()  # schema-level: "id" when columns resolve by field id
 
 
 def mode_of(configuration: Mapping[str, str]) -> str:
@@ -191,7 +195,39 @@ def _strip_field(f: pa.Field) -> pa.Field:
 
 def strip(schema: pa.Schema) -> pa.Schema:
     """``schema`` without column mapping metadata (what a reader of the table is shown)."""
-    return pa.schema([_strip_field(f) for f in schema], metadata=schema.metadata)
+    metadata = {k: v for k, v in (schema.metadata or {}).items() if k != _MODE_META}
+    return pa.schema([_strip_field(f) for f in schema], metadata=metadata or None)
+
+
+def with_mode(schema: pa.Schema, configuration: Mapping[str, str]) -> pa.Schema:
+    """``schema`` marked with the table's mapping mode when it is ``id`` (readers then resolve
+    columns by Parquet field id, :func:`resolve_by_id`); unchanged otherwise."""
+    if mode_of(configuration) != "id":
+        return schema
+    return schema.with_metadata({**(schema.metadata or {}), _MODE_META: b"id"})
+
+
+def is_id_mode(schema: pa.Schema) -> bool:
+    """Whether ``schema`` was marked by :func:`with_mode` as an ``id``-mode table's."""
+    return (schema.metadata or {}).get(_MODE_META) == b"id"
+
+
+def resolve_by_id(file_schema: pa.Schema, wanted: pa.Schema) -> dict[str, str]:
+    """Top-level columns of ``wanted`` (a :func:`physical_schema`) that a file with
+    ``file_schema`` lacks by name but holds under another name with the same Parquet field
+    id: {physical name: the file's name}."""
+    by_id: dict[bytes, str] = {}
+    for f in file_schema:
+        raw = (f.metadata or {}).get(FIELD_ID_KEY)
+        if raw is not None:
+            by_id[raw] = f.name
+    present = set(file_schema.names)
+    out = {}
+    for f in wanted:
+        raw = (f.metadata or {}).get(FIELD_ID_KEY)
+        if f.name not in present and raw is not None and raw in by_id:
+            out[f.name] = by_id[raw]
+    return out
 
 
 def _view(col: pa.ChunkedArray, t: pa.DataType) -> pa.ChunkedArray:

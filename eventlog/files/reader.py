@@ -109,11 +109,29 @@ def _read_mapped(
     to_physical = dict(zip(schema.names, physical.names, strict=True))
     wanted = None if columns is None or filter is not None else [to_physical[c] for c in out_schema.names]
     parts = [to_physical[c] for c in partition_columns]
-    table = read_data_files(fs, root, files, physical, parts, columns=wanted)
+    by_name, by_id = list(files), []
+    if cm.is_id_mode(schema):  # id mode: a file may hold a column under another name
+        renames = [cm.resolve_by_id(_file_schema(fs, root, add), physical) for add in files]
+        by_name = [add for add, r in zip(files, renames, strict=True) if not r]
+        by_id = [(add, r) for add, r in zip(files, renames, strict=True) if r]
+    tables = [read_data_files(fs, root, by_name, physical, parts, columns=wanted)]
+    for add, rename in by_id:
+        # This file's own names for the columns it holds by id, renamed back after the read.
+        own = pa.schema([f.with_name(rename.get(f.name, f.name)) for f in physical])
+        cols = None if wanted is None else [rename.get(c, c) for c in wanted]
+        read = read_data_files(fs, root, [add], own, parts, columns=cols)
+        tables.append(pa.Table.from_arrays(read.columns, schema=tables[0].schema))  # same positions
+    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
     table = cm.to_logical(table, pa.schema(list(schema)) if wanted is None else out_schema)
     if filter is not None:
         table = table.filter(filter).select(out_schema.names)
     return table
+
+
+def _file_schema(fs: fsspec.AbstractFileSystem, root: str, add: AddFile) -> pa.Schema:
+    """The Arrow schema of a data file, Parquet field ids included (its footer only)."""
+    with fs.open(data_file_path(fs, root, add.path), "rb") as f:
+        return pq.read_schema(f)
 
 
 def physical_row_count(fs: fsspec.AbstractFileSystem, root: str, add: AddFile) -> int:
@@ -268,6 +286,12 @@ class DataFileReader:
             source = pa.BufferReader(pa.py_buffer(fetch_file(fs, path, add.size)))
             self._fragment = _PARQUET_FORMAT.make_fragment(source, partition_expression=expr)
         self.metadata: pq.FileMetaData = self._fragment.metadata
+        if self._logical is not None and cm.is_id_mode(self._logical):
+            # id mode: columns this file holds under other names (same field id) read by those.
+            rename = cm.resolve_by_id(self._fragment.physical_schema, self.schema)
+            if rename:
+                self.schema = pa.schema([f.with_name(rename.get(f.name, f.name)) for f in self.schema])
+                self._to_physical = {k: rename.get(v, v) for k, v in self._to_physical.items()}
         rows = [self.metadata.row_group(i).num_rows for i in range(self.metadata.num_row_groups)]
         #: First physical row of each row group, then the file's row count.
         self.row_group_starts: list[int] = [0]

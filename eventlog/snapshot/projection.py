@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from eventlog import expr as ex
 from eventlog.errors import CorruptLogError
+from eventlog.files.column_mapping import with_mode
 from eventlog.files.pruning import FileIndex
 from eventlog.files.schema import from_spark_schema_json
 from eventlog.log.actions import (
@@ -209,8 +210,9 @@ class Snapshot:
 
     @functools.cached_property
     def schema(self) -> pa.Schema:
-        """The table schema (partition columns included) as Arrow."""
-        return from_spark_schema_json(self.metadata.schema_string)
+        """The table schema (partition columns included) as Arrow (marked with column
+        mapping's ``id`` mode, :func:`eventlog.files.column_mapping.with_mode`)."""
+        return with_mode(from_spark_schema_json(self.metadata.schema_string), self.metadata.configuration)
 
     @property
     def partition_columns(self) -> tuple[str, ...]:
