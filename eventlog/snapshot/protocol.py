@@ -95,6 +95,9 @@ def upgrade(protocol: Protocol, schema: pa.Schema, properties: Mapping[str, str]
     legacy = _legacy_column_mapping(protocol, needed - have)
     if legacy is not None and needed <= features_of(legacy):
         return legacy
+    legacy = _legacy_writer(protocol, needed - have)
+    if legacy is not None and needed <= features_of(legacy):
+        return legacy
     features = have | needed | {"appendOnly", "invariants"}
     readers = {f for f in features if f in FEATURES and FEATURES[f].reader_writer}
     return Protocol(
@@ -103,6 +106,20 @@ def upgrade(protocol: Protocol, schema: pa.Schema, properties: Mapping[str, str]
         reader_features=tuple(sorted(readers | set(protocol.reader_features or ()))),
         writer_features=tuple(sorted(features)),
     )
+
+
+def _legacy_writer(protocol: Protocol, missing: set[str]) -> Protocol | None:
+    """Writer-only features of the legacy versions on a legacy protocol raise only the writer
+    version, as Delta does: a CHECK constraint needs writer 3, a generated column 4."""
+    if protocol.min_writer_version >= MAX_WRITER_VERSION:
+        return None
+    versions = []
+    for name in missing:
+        feature = FEATURES.get(name)
+        if feature is None or feature.reader_writer or feature.legacy_writer is None:
+            return None
+        versions.append(feature.legacy_writer)
+    return Protocol(protocol.min_reader_version, max(protocol.min_writer_version, *versions))
 
 
 def _legacy_column_mapping(protocol: Protocol, missing: set[str]) -> Protocol | None:

@@ -37,6 +37,7 @@ from eventlog.errors import EventlogError, InvalidInputError, PredicateError, Un
 from eventlog.files import column_mapping as cm
 from eventlog.files.constraints import WriteRules
 from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE, delete_files, write_data_files
+from eventlog.files.enforce import conform
 from eventlog.files.reader import physical_row_count
 from eventlog.files.scan import file_deletes, read_file_positions
 from eventlog.files.schema import from_spark_schema_json
@@ -102,8 +103,11 @@ class JobContext:
             tuple(regenerate),
         )
 
-    def conform(self, rows: pa.Table, context: str) -> pa.Table:
-        """Rows as the table stores them: schema, NOT NULL, generated columns, constraints."""
+    def conform(self, rows: pa.Table, context: str, *, check: bool = True) -> pa.Table:
+        """Rows as the table stores them: schema, NOT NULL, generated columns, constraints
+        (``check=False``: the schema only, for rows the table already holds)."""
+        if not check:
+            return conform(rows, self.arrow_schema, context=context)
         stale = [c for c in self.regenerate if c in rows.column_names]
         return self.rules.conform(rows.drop_columns(stale), self.arrow_schema, context=context)
 

@@ -180,7 +180,10 @@ def _rewrite_task(
                     pending.append(data.filter(pc.invert(mask)) if mode == "delete" else data)
                     results.append(("file", fid, None, hits, chunk.num_rows - hits, None))
             if pending:
-                rows = ctx.conform(pa.concat_tables(pending, promote_options="default"), mode)
+                # DELETE keeps rows the table holds: nothing new to check
+                rows = ctx.conform(
+                    pa.concat_tables(pending, promote_options="default"), mode, check=mode != "delete"
+                )
                 results += add_results(-1, out.write(rows, data_change=True))
     except BaseException:
         out.discard()

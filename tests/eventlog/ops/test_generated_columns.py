@@ -14,6 +14,8 @@ from eventlog import ConstraintViolationError, NotNullViolationError, Table
 from eventlog import expr as ex
 from eventlog.files.generated import derived_partition_filters
 from eventlog.files.pruning import prune_files
+from eventlog.log.actions import Protocol
+from eventlog.snapshot.protocol import features_of
 
 UTC = dt.UTC
 SCHEMA = pa.schema(
@@ -53,7 +55,8 @@ def _table(uri: str) -> Table:
 def test_create_records_the_expressions_and_the_feature(local_uri: str) -> None:
     t = _table(local_uri)
     snap = t.refresh()
-    assert "generatedColumns" in (snap.protocol.writer_features or ())
+    assert snap.protocol == Protocol(1, 4)  # as Delta's legacy protocols have it
+    assert "generatedColumns" in features_of(snap.protocol)
     field = snap.schema.field("d")
     assert field.metadata[b"delta.generationExpression"] == b'"CAST(ts AS DATE)"'
 
