@@ -89,10 +89,27 @@ def test_cycle_finder_finds_a_cycle(tmp_path: Path) -> None:
         sys.path.remove(str(tmp_path))
 
 
-def test_engine_modules_stay_small() -> None:
-    """One concept per module: none of the engine's modules passes 600 lines."""
-    sizes = {p: len(p.read_text().splitlines()) for p in (ROOT / "eventlog").rglob("*.py")}
-    assert {str(p.relative_to(ROOT)): n for p, n in sizes.items() if n > 600} == {}
+MAX_MODULE_LINES = 600
+SIZE_CHECKED = ("eventlog", "lockstore", "streaming", "spark_adapter", "tests", "bench", "scripts")
+# Modules still over the limit, each to be split by concept; remove an entry once its module is
+# under the limit (the test fails while a listed module is already small enough).
+OVERSIZED_FOR_NOW = {
+    "tests/lockstore/test_contract.py",  # the slot-store contract suite: to be split
+    "tests/support/zkserver.py",  # ZooKeeper servers for the tests: to be split
+}
+
+
+def test_modules_stay_small() -> None:
+    """One concept per module: no module passes 600 lines, in any package, tests and bench
+    included, except the allow-listed ones."""
+    sizes = {
+        p.relative_to(ROOT).as_posix(): len(p.read_text().splitlines())
+        for package in SIZE_CHECKED
+        for p in (ROOT / package).rglob("*.py")
+    }
+    assert {p: n for p, n in sizes.items() if n > MAX_MODULE_LINES and p not in OVERSIZED_FOR_NOW} == {}
+    small_now = {p for p in OVERSIZED_FOR_NOW if sizes.get(p, 0) <= MAX_MODULE_LINES}
+    assert small_now == set(), "split or gone: remove from OVERSIZED_FOR_NOW"
 
 
 def test_eventlog_imports_without_kazoo_or_pyspark() -> None:
