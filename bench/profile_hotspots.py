@@ -129,13 +129,13 @@ def case_appends(writers: int, quick: bool) -> tuple[pstats.Stats, float]:
 
 
 def case_open(checkpoint: bool, quick: bool) -> tuple[pstats.Stats, float]:
-    from bench.bench_open import build_table
+    from bench._open_tables import build_appended
     from eventlog.table import Table
 
     tmp = tempfile.mkdtemp(prefix="profile-open-")
     try:
         path = str(Path(tmp) / "table")
-        build_table(path, 500 if quick else 5000)
+        build_appended(path, 500 if quick else 5000)
         if checkpoint:
             Table.open(path).checkpoint()
         Table.open(path)  # warm-up
