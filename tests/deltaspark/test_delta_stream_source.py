@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,11 +67,9 @@ class Streams:
     def load(self, fmt: str, **options: str) -> Any:
         return self.spark.readStream.format(fmt).options(**options).load(self.uri)
 
-    def start(
-        self, fmt: str, out: Drained, df: Any = None, *, available_now: bool = True, **options: str
-    ) -> Any:
+    def start(self, fmt: str, out: Drained, options: Mapping[str, str], *, available_now: bool = True) -> Any:
         writer = (
-            (self.load(fmt, **options) if df is None else df)
+            self.load(fmt, **options)
             .writeStream.foreachBatch(out.collect)
             .option("checkpointLocation", str(self.root / f"checkpoint-{fmt}"))
         )
@@ -82,7 +80,7 @@ class Streams:
     def drain(self, fmt: str, **options: str) -> Drained:
         """One ``availableNow`` run to its end (or its failure)."""
         out = Drained()
-        query = self.start(fmt, out, **options)
+        query = self.start(fmt, out, options)
         try:
             assert query.awaitTermination(WAIT), f"the {fmt} query did not finish in {WAIT} s"
         except StreamingQueryException as exc:
@@ -174,7 +172,7 @@ def running(streams: Streams) -> dict[str, tuple[Any, Drained]]:
     out: dict[str, tuple[Any, Drained]] = {}
     for fmt in FORMATS:
         drained = Drained()
-        query = streams.start(fmt, drained, available_now=False)
+        query = streams.start(fmt, drained, {}, available_now=False)
         query.processAllAvailable()
         out[fmt] = (query, drained)
     return out
