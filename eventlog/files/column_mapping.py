@@ -47,7 +47,6 @@ __all__ = [
     "mode_of",
     "partition_keys",
     "physical_name",
-    "physical_path",
     "physical_schema",
     "rename",
     "resolve_by_id",
@@ -131,19 +130,6 @@ def is_mapped(schema: pa.Schema) -> bool:
 def partition_keys(schema: pa.Schema, partition_columns: Sequence[str]) -> list[str]:
     """The ``partitionValues`` keys of ``partition_columns`` (their physical names)."""
     return [physical_name(schema.field(c)) if c in schema.names else c for c in partition_columns]
-
-
-def physical_path(schema: pa.Schema, path: Sequence[str]) -> tuple[str, ...]:
-    """The physical names along a logical field path (top-level column, struct fields...)."""
-    out: list[str] = []
-    fields: Sequence[pa.Field] = list(schema)
-    for name in path:
-        f = next((x for x in fields if x.name == name), None)
-        if f is None:
-            return (*out, *path[len(out) :])
-        out.append(physical_name(f))
-        fields = list(_children(f.type)) if pa.types.is_struct(f.type) else []
-    return tuple(out)
 
 
 def _children(t: pa.DataType) -> list[pa.Field]:
