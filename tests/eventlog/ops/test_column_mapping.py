@@ -80,7 +80,8 @@ def test_a_new_mapped_table_stores_physical_names_everywhere(local_uri: str, mod
 
 def test_fields_are_numbered_depth_first(local_uri: str) -> None:
     t = _mapped(local_uri)
-    ids = {p: i for p, i in cm._ids(t.schema)}
+    ids = {f.name: cm.field_id(f) for f in t.schema}
+    ids.update({f"s.{f.name}": cm.field_id(f) for f in t.schema.field("s").type})
     assert ids == {"id": 1, "p": 2, "s": 3, "s.a": 4, "s.b": 5, "v": 6}
 
 
