@@ -108,15 +108,21 @@ def upgrade(protocol: Protocol, schema: pa.Schema, properties: Mapping[str, str]
     )
 
 
+_LAST_WRITER_ONLY_VERSION = 4  # writer 5 implies column mapping
+
+
 def _legacy_writer(protocol: Protocol, missing: set[str]) -> Protocol | None:
-    """Writer-only features of the legacy versions on a legacy protocol raise only the writer
-    version, as Delta does: a CHECK constraint needs writer 3, a generated column 4."""
+    """Writer-only features of the legacy versions up to 4 on a legacy protocol raise only the
+    writer version, as Delta does: a CHECK constraint needs writer 3, a generated column 4.
+    (Versions 5 and 6 would imply column mapping; identity columns go to table features.)"""
     if protocol.min_writer_version >= MAX_WRITER_VERSION:
         return None
     versions = []
     for name in missing:
         feature = FEATURES.get(name)
         if feature is None or feature.reader_writer or feature.legacy_writer is None:
+            return None
+        if feature.legacy_writer > _LAST_WRITER_ONLY_VERSION:
             return None
         versions.append(feature.legacy_writer)
     return Protocol(protocol.min_reader_version, max(protocol.min_writer_version, *versions))
