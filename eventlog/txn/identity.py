@@ -6,6 +6,8 @@ How a write gets its values::
 
     floor = first slot past the snapshot's highWaterMark     (respects any writer: Delta Spark too)
     first = slots.reserve_range(table, "identity/<column>", n, floor)   atomic: ranges are disjoint
+            (a process reserves at least BLOCK slots at a time and serves small writes from
+            them, past each write's floor: :class:`_Blocks`)
     rows get start + (first .. first+n-1) * step
     commit: metaData with highWaterMark = furthest(read mark, our last value)
             commitInfo["eventlog.identity"] = {column: [[first value, last value], ...]}
@@ -22,6 +24,9 @@ past every value handed out through the log.
 from __future__ import annotations
 
 import dataclasses
+import os
+import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -75,9 +80,69 @@ def counter_name(column: IdentityColumn) -> str:
     return f"identity/{column.physical}"
 
 
+BLOCK = 128  # slots a process reserves at once from the store (unused ones become gaps)
+
+
+class _Blocks:
+    """The slots each process reserved from a store and has not used yet, per (table,
+    counter): a commit of a few rows takes them from here instead of from the store.
+
+    A cached slot is used only if it lies past the mark of the snapshot the write read
+    (the floor): a foreign writer (Delta Spark) generates values up to the mark it
+    commits, so a slot below a mark in our snapshot may be taken; one above it, if a
+    foreign commit that lands after our snapshot took it, fails our commit in the
+    conflict checker (:func:`foreign_overlap`). Our own processes never share a block: the
+    store's counter hands out disjoint ones. A forked child starts with no blocks.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()  # _forget may run in a collection under the lock
+        self._pid = os.getpid()
+        self._blocks: dict[tuple[object, ...], dict[tuple[str, str], tuple[int, int]]] = {}
+
+    def _store_key(self, slots: SlotStore) -> tuple[object, ...]:
+        """Handles on one backing store share blocks (a local-file or object-store root, a
+        ZooKeeper ensemble and chroot); any other store by object, forgotten when collected."""
+        root, hosts = getattr(slots, "root", None), getattr(slots, "hosts", None)
+        if isinstance(root, str) or isinstance(hosts, str):
+            return (type(slots).__name__, root, hosts, getattr(slots, "chroot", None))
+        key = (type(slots).__name__, id(slots))
+        if key not in self._blocks:
+            weakref.finalize(slots, self._forget, key)
+        return key
+
+    def _forget(self, key: tuple[object, ...]) -> None:
+        with self._lock:
+            self._blocks.pop(key, None)
+
+    def _mine(self, slots: SlotStore) -> dict[tuple[str, str], tuple[int, int]]:
+        if self._pid != os.getpid():  # inherited through fork: the parent's blocks
+            self._blocks, self._pid = {}, os.getpid()
+        return self._blocks.setdefault(self._store_key(slots), {})
+
+    def take(self, slots: SlotStore, table_key: str, column: IdentityColumn, count: int) -> int:
+        key, floor = (table_key, counter_name(column)), column.next_index()
+        with self._lock:
+            blocks = self._mine(slots)
+            start, end = blocks.get(key, (0, 0))
+            start = max(start, floor)
+            if end - start >= count:
+                blocks[key] = (start + count, end)
+                return start
+        size = max(count, BLOCK)
+        first = slots.reserve_range(table_key, key[1], size, floor=floor)
+        with self._lock:
+            self._mine(slots)[key] = (first + count, first + size)  # the old block's rest: a gap
+        return first
+
+
+_BLOCKS = _Blocks()
+
+
 def reserve(slots: SlotStore, table_key: str, column: IdentityColumn, count: int) -> int:
-    """Reserve ``count`` slots of ``column``; the first slot index (past the column's mark)."""
-    return slots.reserve_range(table_key, counter_name(column), count, floor=column.next_index())
+    """``count`` consecutive slots of ``column`` past the column's mark, from this process's
+    block or a new block reserved through the store (:class:`_Blocks`); the first index."""
+    return _BLOCKS.take(slots, table_key, column, count)
 
 
 Reserve = Callable[[IdentityColumn, int], int]  # (column, count) -> first slot index

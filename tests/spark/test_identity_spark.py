@@ -55,7 +55,8 @@ def test_batch_writer_reserves_values_in_its_tasks(spark: Any, tmp_path: Path) -
     assert _mark(path) == max(ids)
     with Table.open(path) as t:  # the engine continues past every Spark value
         t.append(pa.table({"k": [100]}))
-    assert _rows(path)[-1]["id"] == max(ids) + 10
+    after = _rows(path)[-1]["id"]
+    assert after > max(ids) and (after - 5) % 10 == 0
 
 
 def test_batch_writer_refuses_supplied_always_values_before_any_task(spark: Any, tmp_path: Path) -> None:

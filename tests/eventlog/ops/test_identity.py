@@ -6,6 +6,7 @@ schema rules at create, and concurrent inserts through two handles that both com
 from __future__ import annotations
 
 import json
+import multiprocessing
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +204,30 @@ def test_a_concurrent_non_identity_commit_keeps_the_winners_metadata(tmp_path: P
     assert _mark(first) == 3
     log = LogStore(str(tmp_path))
     assert LogStore.commit_versions(log.list_log()) == [0, 1, 2, 3]
+
+
+def _append_in_child(path: str, out: Any) -> None:
+    with Table.open(path) as t:
+        out.put(t.append(_rows("child")).version)
+
+
+def test_a_forked_child_reserves_its_own_block_and_a_higher_mark_skips_the_rest_of_ours(
+    tmp_path: Path,
+) -> None:
+    table = Table.create(str(tmp_path), _schema(), data=_rows("a"))  # this process holds a block
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_append_in_child, args=(str(tmp_path), out))
+    child.start()
+    assert out.get(timeout=60) == 1
+    child.join(timeout=60)
+    table.append(_rows("parent"))
+    got = {r["v"]: r["id"] for r in table.to_arrow().to_pylist()}
+    assert got["a"] == 1
+    assert got["child"] > 128  # the child reserved a block of its own past the parent's
+    # the child's commit moved the mark past the parent's block: the parent skips the rest
+    assert got["parent"] > got["child"]
+    assert _mark(table) == got["parent"]
 
 
 def test_round_to_next_matches_delta() -> None:
