@@ -20,7 +20,17 @@ from collections.abc import Mapping, Sequence
 import pyarrow as pa
 
 from eventlog.log.actions import AddFile
-from eventlog.ops import alter, columns, constraints, dml, optimize, restore, type_change, write
+from eventlog.ops import (
+    alter,
+    columns,
+    constraints,
+    dml,
+    identity_sync,
+    optimize,
+    restore,
+    type_change,
+    write,
+)
 from eventlog.ops.merge import MergeBuilder
 from eventlog.txn.transaction import CoreTransaction
 
@@ -107,6 +117,9 @@ class Transaction(CoreTransaction):
 
     def change_column_type(self, column: str, new_type: pa.DataType) -> None:
         self.run(lambda plan: type_change.change_column_type(plan, column, new_type))
+
+    def sync_identity(self, column: str) -> None:
+        self.run(lambda plan: identity_sync.sync_identity(plan, column))
 
     def merge(
         self, source: pa.Table, on: str, *, source_alias: str = "source", target_alias: str = "target"

@@ -49,6 +49,11 @@ class AlterTable(abc.ABC):
         as the new type. ``TypeChangeError`` for a change Delta does not allow."""
         return self._run(lambda txn: txn.change_column_type(column, new_type))
 
+    def sync_identity(self, column: str) -> CommitResult:
+        """ALTER COLUMN ... SYNC IDENTITY: the identity column's high-water mark from the values
+        in the table (:mod:`eventlog.ops.identity_sync`)."""
+        return self._run(lambda txn: txn.sync_identity(column))
+
     def rename_column(self, old: str, new: str) -> CommitResult:
         """Rename a column, or a struct field given as ``"a.b"`` (``ALTER TABLE RENAME COLUMN``);
         metadata only. Needs column mapping (:class:`~eventlog.errors.ColumnMappingError`)."""

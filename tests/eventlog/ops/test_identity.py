@@ -235,3 +235,21 @@ def test_round_to_next_matches_delta() -> None:
     (down,) = identity_columns(_schema(start=10, step=-3))
     assert [round_to_next(up, v) for v in (10, 11, 13, 14, 5, 9)] == [10, 13, 13, 16, 7, 10]
     assert [round_to_next(down, v) for v in (10, 9, 7, 6, 12)] == [10, 7, 7, 4, 10]
+
+
+def test_sync_identity_moves_the_mark_to_the_rounded_data_and_generation_resumes_past_it(
+    tmp_path: Path,
+) -> None:
+    table = Table.create(str(tmp_path), _schema(start=1, step=10, always=False), data=_rows("a"))
+    table.append(pa.table({"id": pa.array([57], pa.int64()), "v": ["explicit"]}))
+    assert _mark(table) == 1  # explicit values do not move it
+    result = table.sync_identity("id")
+    assert _mark(table) == 61  # 57 rounded to the next value of 1, 11, 21, ...
+    assert table.history(1)[0]["operation"] == "CHANGE COLUMN"
+    assert result.version == 2
+    fresh = Table.open(str(tmp_path))  # a new process would start past the mark
+    fresh.append(_rows("b"))
+    assert {r["v"]: r["id"] for r in fresh.to_arrow().to_pylist()}["b"] > 61
+    with pytest.raises(IdentityColumnError) as info:
+        table.sync_identity("v")
+    assert (info.value.column, info.value.reason) == ("v", "sync")
