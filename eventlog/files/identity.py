@@ -35,7 +35,9 @@ from eventlog.files.generated import GENERATION_KEY, metadata_text
 
 __all__ = [
     "ALLOW_EXPLICIT_KEY",
+    "FOREIGN_MARK_KEY",
     "HIGH_WATER_MARK_KEY",
+    "OWN_MARK_KEY",
     "START_KEY",
     "STEP_KEY",
     "IdentityColumn",
@@ -52,6 +54,11 @@ __all__ = [
 START_KEY = "delta.identity.start"
 STEP_KEY = "delta.identity.step"
 HIGH_WATER_MARK_KEY = "delta.identity.highWaterMark"
+# Ours, beside Delta's keys (Delta Spark keeps field metadata it does not know): the mark our
+# last commit wrote, and the furthest mark a foreign writer (one without our counter) had set
+# before it. A mark that differs from OWN_MARK_KEY was moved by a foreign writer since.
+OWN_MARK_KEY = "eventlog.identity.ownMark"
+FOREIGN_MARK_KEY = "eventlog.identity.foreignMark"
 ALLOW_EXPLICIT_KEY = "delta.identity.allowExplicitInsert"
 
 
@@ -94,6 +101,8 @@ class IdentityColumn:
     step: int
     high_water_mark: int | None
     allow_explicit_insert: bool
+    own_mark: int | None = None  # OWN_MARK_KEY
+    foreign_mark: int | None = None  # FOREIGN_MARK_KEY
 
     @property
     def always(self) -> bool:
@@ -103,12 +112,28 @@ class IdentityColumn:
         """The value of slot ``index``."""
         return self.start + index * self.step
 
+    def _index_past(self, mark: int | None) -> int:
+        if mark is None:
+            return 0
+        return max(0, (mark - self.start) // self.step + 1)
+
     def next_index(self) -> int:
         """The first slot whose value lies beyond the high-water mark (0 without one): where
         generation may resume, whoever moved the mark (Delta Spark included)."""
-        if self.high_water_mark is None:
-            return 0
-        return max(0, (self.high_water_mark - self.start) // self.step + 1)
+        return self._index_past(self.high_water_mark)
+
+    def foreign_mark_now(self) -> int | None:
+        """The furthest mark a foreign writer may have generated up to: the mark itself when
+        a foreign writer moved it after our last commit (or no commit of ours recorded one),
+        else the foreign mark our last commit carried forward."""
+        if self.own_mark is None or self.own_mark != self.high_water_mark:
+            return self.high_water_mark
+        return self.foreign_mark
+
+    def foreign_index(self) -> int:
+        """The first slot past every value a foreign writer may have generated: slots a
+        process reserved from our counter may be used from here on, below the mark too."""
+        return self._index_past(self.foreign_mark_now())
 
     def beyond(self, value: int, mark: int) -> bool:
         """Whether ``value`` lies past ``mark`` in the step's direction."""
@@ -157,6 +182,8 @@ def identity_columns(schema: pa.Schema) -> tuple[IdentityColumn, ...]:
                 step=1 if step is None else step,
                 high_water_mark=_int(f, HIGH_WATER_MARK_KEY),
                 allow_explicit_insert=explicit,
+                own_mark=_int(f, OWN_MARK_KEY),
+                foreign_mark=_int(f, FOREIGN_MARK_KEY),
             )
         )
     return tuple(out)
@@ -246,14 +273,26 @@ def fill_identity(data: pa.Table, column: IdentityColumn, first_index: int) -> p
     return data.append_column(pa.field(column.name, pa.int64()), values)
 
 
-def with_high_water_marks(schema_string: str, marks: Mapping[str, int]) -> str:
+def with_high_water_marks(
+    schema_string: str, marks: Mapping[str, int], *, ours: Mapping[str, int | None] | None = None
+) -> str:
     """``schema_string`` (a Delta schema) with ``delta.identity.highWaterMark`` of the named
-    top-level columns set; every other byte of meaning is kept."""
+    top-level columns set; every other byte of meaning is kept. ``ours``: columns whose new
+    mark our own commit sets, with the foreign mark to carry (:data:`OWN_MARK_KEY`)."""
     doc = orjson.loads(schema_string)
     for field in doc["fields"]:
         mark = marks.get(field["name"])
-        if mark is not None:
-            field.setdefault("metadata", {})[HIGH_WATER_MARK_KEY] = mark
+        if mark is None:
+            continue
+        meta = field.setdefault("metadata", {})
+        meta[HIGH_WATER_MARK_KEY] = mark
+        if ours is not None and field["name"] in ours:
+            meta[OWN_MARK_KEY] = mark
+            foreign = ours[field["name"]]
+            if foreign is None:
+                meta.pop(FOREIGN_MARK_KEY, None)
+            else:
+                meta[FOREIGN_MARK_KEY] = foreign
     return orjson.dumps(doc).decode()
 
 

@@ -34,7 +34,9 @@ import orjson
 import pyarrow as pa
 
 from eventlog.files.identity import (
+    FOREIGN_MARK_KEY,
     HIGH_WATER_MARK_KEY,
+    OWN_MARK_KEY,
     IdentityColumn,
     check_no_explicit_values,
     fill_identity,
@@ -125,7 +127,8 @@ class _Blocks:
         with self._lock:
             blocks = self._mine(slots)
             start, end = blocks.get(key, (0, 0))
-            start = max(start, floor)
+            # Our cached slots came from the counter: only a foreign writer's values bound them.
+            start = max(start, column.foreign_index())
             if end - start >= count:
                 blocks[key] = (start + count, end)
                 return start
@@ -172,9 +175,13 @@ def generate_identity(
     return data, ranges
 
 
+def _columns(metadata: Metadata) -> dict[str, IdentityColumn]:
+    return {c.name: c for c in identity_columns(from_spark_schema_json(metadata.schema_string))}
+
+
 def marks_after(metadata: Metadata, ranges: Iterable[IdentityRange]) -> dict[str, int]:
     """Column -> the mark ``metadata`` must carry once ``ranges`` are in the table."""
-    columns = {c.name: c for c in identity_columns(from_spark_schema_json(metadata.schema_string))}
+    columns = _columns(metadata)
     out: dict[str, int] = {}
     for r in ranges:
         column = columns.get(r.column)
@@ -191,7 +198,11 @@ def restage_metadata(base: Metadata, ranges: Sequence[IdentityRange]) -> Metadat
     marks = marks_after(base, ranges)
     if not marks:
         return base
-    return dataclasses.replace(base, schema_string=with_high_water_marks(base.schema_string, marks))
+    columns = _columns(base)
+    ours = {name: columns[name].foreign_mark_now() for name in marks}
+    return dataclasses.replace(
+        base, schema_string=with_high_water_marks(base.schema_string, marks, ours=ours)
+    )
 
 
 def stamp_commit_info(info: CommitInfo, ranges: Sequence[IdentityRange], *, only_marks: bool) -> CommitInfo:
@@ -222,7 +233,9 @@ def recorded_ranges(info: CommitInfo | None) -> list[IdentityRange] | None:
 def _without_marks(schema_string: str) -> Any:
     doc = orjson.loads(schema_string)
     for field in doc.get("fields", []):
-        (field.get("metadata") or {}).pop(HIGH_WATER_MARK_KEY, None)
+        meta = field.get("metadata") or {}
+        for key in (HIGH_WATER_MARK_KEY, OWN_MARK_KEY, FOREIGN_MARK_KEY):
+            meta.pop(key, None)
     return doc
 
 

@@ -5,6 +5,7 @@ schema rules at create, and concurrent inserts through two handles that both com
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 from pathlib import Path
@@ -15,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from eventlog import IdentityColumnError, Table, identity_field, write_table
-from eventlog.files.identity import identity_columns, round_to_next
+from eventlog.files.identity import identity_columns, round_to_next, with_high_water_marks
 from eventlog.log.storage import LogStore
 
 
@@ -61,6 +62,7 @@ def test_values_follow_start_and_step_and_each_commit_moves_the_mark(tmp_path: P
         "delta.identity.step": 5,
         "delta.identity.allowExplicitInsert": False,
         "delta.identity.highWaterMark": 25,
+        "eventlog.identity.ownMark": 25,  # set by us: our cached slots below it stay usable
     }
     protocol = _commit(tmp_path, 0)["protocol"]
     assert "identityColumns" in protocol["writerFeatures"]
@@ -211,7 +213,7 @@ def _append_in_child(path: str, out: Any) -> None:
         out.put(t.append(_rows("child")).version)
 
 
-def test_a_forked_child_reserves_its_own_block_and_a_higher_mark_skips_the_rest_of_ours(
+def test_a_forked_child_reserves_its_own_block_and_the_parent_keeps_using_its_own(
     tmp_path: Path,
 ) -> None:
     table = Table.create(str(tmp_path), _schema(), data=_rows("a"))  # this process holds a block
@@ -225,9 +227,30 @@ def test_a_forked_child_reserves_its_own_block_and_a_higher_mark_skips_the_rest_
     got = {r["v"]: r["id"] for r in table.to_arrow().to_pylist()}
     assert got["a"] == 1
     assert got["child"] > 128  # the child reserved a block of its own past the parent's
-    # the child's commit moved the mark past the parent's block: the parent skips the rest
-    assert got["parent"] > got["child"]
-    assert _mark(table) == got["parent"]
+    # the child's commit (ours: it records the mark as its own) moved the mark past the
+    # parent's block, which the parent goes on using: only a foreign writer's mark bounds it
+    assert got["parent"] == 2
+    assert _mark(table) == got["child"]
+
+
+def test_a_foreign_mark_bounds_cached_slots_and_is_carried_forward(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path), _schema(), data=_rows("a"))  # caches slots 1..128
+    snapshot = table.refresh()
+    (column,) = identity_columns(snapshot.schema)
+    assert (column.high_water_mark, column.own_mark, column.foreign_mark) == (1, 1, None)
+    # a foreign writer (Delta Spark: no eventlog.identity record) moves the mark to 40
+    foreign = with_high_water_marks(snapshot.metadata.schema_string, {"id": 40})
+    txn = table.transaction()
+    txn.update_metadata(dataclasses.replace(snapshot.metadata, schema_string=foreign))
+    txn.set_operation("WRITE")
+    txn.commit()
+    table.append(_rows("b"))
+    assert {r["v"]: r["id"] for r in table.to_arrow().to_pylist()}["b"] == 41  # past the foreign values
+    (column,) = identity_columns(table.refresh().schema)
+    assert (column.high_water_mark, column.own_mark, column.foreign_mark) == (41, 41, 40)
+    table.append(_rows("c"))  # the foreign mark is carried forward with ours
+    (column,) = identity_columns(table.refresh().schema)
+    assert (column.high_water_mark, column.own_mark, column.foreign_mark) == (42, 42, 40)
 
 
 def test_round_to_next_matches_delta() -> None:
