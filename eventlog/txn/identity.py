@@ -7,9 +7,10 @@ How a write gets its values::
     floor = first slot past the snapshot's highWaterMark     (respects any writer: Delta Spark too)
     first = slots.reserve_range(table, "identity/<column>", n, floor)   atomic: ranges are disjoint
             (a process reserves at least BLOCK slots at a time and serves small writes from
-            them, past each write's floor: :class:`_Blocks`)
+            them, past the last foreign writer's mark: :class:`_Blocks`)
     rows get start + (first .. first+n-1) * step
-    commit: metaData with highWaterMark = furthest(read mark, our last value)
+    commit: metaData with highWaterMark = furthest(read mark, our last value), and beside it
+            eventlog.identity.ownMark (that mark) and .foreignMark (the last foreign one)
             commitInfo["eventlog.identity"] = {column: [[first value, last value], ...]}
             commitInfo["tags"]["delta.identity.schemaUpdate"] = "true" (identity-only change)
 
@@ -89,12 +90,15 @@ class _Blocks:
     """The slots each process reserved from a store and has not used yet, per (table,
     counter): a commit of a few rows takes them from here instead of from the store.
 
-    A cached slot is used only if it lies past the mark of the snapshot the write read
-    (the floor): a foreign writer (Delta Spark) generates values up to the mark it
-    commits, so a slot below a mark in our snapshot may be taken; one above it, if a
-    foreign commit that lands after our snapshot took it, fails our commit in the
-    conflict checker (:func:`foreign_overlap`). Our own processes never share a block: the
-    store's counter hands out disjoint ones. A forked child starts with no blocks.
+    A cached slot is used only if it lies past the foreign mark of the snapshot the write
+    read (:meth:`IdentityColumn.foreign_mark_now`): a foreign writer (Delta Spark)
+    generates values up to the mark it commits, so a slot at or below a foreign mark in
+    our snapshot may be taken; one above it, if a foreign commit that lands after our
+    snapshot took it, fails our commit in the conflict checker (:func:`foreign_overlap`).
+    Marks our own commits set do not bound the blocks: our processes never share a block,
+    the store's counter hands out disjoint ones. A new block is reserved past the log's
+    mark itself, so a new or another store never hands out a value the table holds. A
+    forked child starts with no blocks.
     """
 
     def __init__(self) -> None:
