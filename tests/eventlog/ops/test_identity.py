@@ -276,3 +276,21 @@ def test_sync_identity_moves_the_mark_to_the_rounded_data_and_generation_resumes
     with pytest.raises(IdentityColumnError) as info:
         table.sync_identity("v")
     assert (info.value.column, info.value.reason) == ("v", "sync")
+
+
+def test_a_legacy_writer_6_protocol_is_written(tmp_path: Path) -> None:
+    Table.create(str(tmp_path), _schema()).close()
+    first = tmp_path / "_delta_log" / f"{0:020d}.json"
+    actions = [json.loads(line) for line in first.read_text().splitlines()]
+    for action in actions:  # Delta Spark's legacy protocol for identity columns
+        if "protocol" in action:
+            action["protocol"] = {"minReaderVersion": 1, "minWriterVersion": 6}
+        action.get("commitInfo", {}).pop("eventlog.audit", None)
+    first.write_text("".join(json.dumps(a) + "\n" for a in actions))
+    table = Table.open(str(tmp_path))
+    table.append(_rows("a", "b"))
+    assert _ids(table) == [1, 2]
+    assert (table.refresh().protocol.min_reader_version, table.refresh().protocol.min_writer_version) == (
+        1,
+        6,
+    )
