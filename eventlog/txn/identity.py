@@ -62,6 +62,7 @@ __all__ = [
     "recorded_ranges",
     "reserve",
     "restage_metadata",
+    "schema_without_marks",
     "stamp_commit_info",
 ]
 
@@ -234,7 +235,9 @@ def recorded_ranges(info: CommitInfo | None) -> list[IdentityRange] | None:
     return [IdentityRange(str(c), int(a), int(b)) for c, pairs in record.items() for a, b in pairs]
 
 
-def _without_marks(schema_string: str) -> Any:
+def schema_without_marks(schema_string: str) -> Any:
+    """A Delta schema string parsed, with the identity high-water marks (Delta's and ours)
+    left out: what stays the same when only inserts moved the marks."""
     doc = orjson.loads(schema_string)
     for field in doc.get("fields", []):
         meta = field.get("metadata") or {}
@@ -248,7 +251,7 @@ def only_marks_changed(old: Metadata, new: Metadata) -> bool:
     if old.schema_string == new.schema_string:
         return False  # not a mark change (the caller's other rules apply)
     same_rest = dataclasses.replace(old, schema_string=new.schema_string) == new
-    return same_rest and _without_marks(old.schema_string) == _without_marks(new.schema_string)
+    return same_rest and schema_without_marks(old.schema_string) == schema_without_marks(new.schema_string)
 
 
 def foreign_overlap(
