@@ -100,12 +100,25 @@ def upgrade(protocol: Protocol, schema: pa.Schema, properties: Mapping[str, str]
         return legacy
     features = have | needed | {"appendOnly", "invariants"}
     readers = {f for f in features if f in FEATURES and FEATURES[f].reader_writer}
+    listed = (
+        set(protocol.reader_features or ()) if protocol.min_reader_version >= MAX_READER_VERSION else set()
+    )
+    if not (readers - _LEGACY_READER_FEATURES.get(protocol.min_reader_version, set())) and not listed:
+        # Writer features only: the reader version stays (1, or 2 for column mapping), as Delta
+        # writes (1, 7) for a table with, say, identity columns and nothing readers must know.
+        return Protocol(
+            protocol.min_reader_version, MAX_WRITER_VERSION, writer_features=tuple(sorted(features))
+        )
     return Protocol(
         MAX_READER_VERSION,
         MAX_WRITER_VERSION,
-        reader_features=tuple(sorted(readers | set(protocol.reader_features or ()))),
+        reader_features=tuple(sorted(readers | listed)),
         writer_features=tuple(sorted(features)),
     )
+
+
+# What the legacy reader versions already make readers know.
+_LEGACY_READER_FEATURES = {1: set(), 2: {"columnMapping"}}
 
 
 _LAST_WRITER_ONLY_VERSION = 4  # writer 5 implies column mapping
