@@ -94,7 +94,10 @@ class _MergeClauses:
         return self
 
     def when_matched_update_all(self, condition: str | None = None) -> Self:
-        self.matched.append(self.scope.resolve(ClauseSpec[str].update_all(condition)))
+        clause = self.scope.resolve(ClauseSpec[str].update_all(condition))
+        # UPDATE SET * sets an identity column the source has: refused, as in Delta (both modes)
+        check_not_assigned(self.target_schema, clause.from_source.keys(), "MERGE")
+        self.matched.append(clause)
         return self
 
     def when_matched_delete(self, condition: str | None = None) -> Self:

@@ -134,6 +134,28 @@ def test_merge_inserts_get_values_and_updates_keep_them(tmp_path: Path) -> None:
     assert table.refresh().version == 1
 
 
+@pytest.mark.parametrize("always", [True, False])
+def test_merge_update_all_from_a_source_with_the_identity_column_is_refused(
+    tmp_path: Path, always: bool
+) -> None:
+    """Delta: UPDATE SET * expands to the identity column when the source has it, and an
+    update of an identity column is refused in both modes (DELTA_IDENTITY_COLUMNS_UPDATE_NOT_SUPPORTED)."""
+    table = Table.create(str(tmp_path), _schema(always=always), data=_rows("a", "b"))
+    source = pa.table({"id": [100, 200], "v": ["b", "c"]})
+    with pytest.raises(IdentityColumnError) as info:
+        table.merge(source, on="t.v = s.v", source_alias="s", target_alias="t").when_matched_update_all()
+    assert (info.value.column, info.value.reason, info.value.operation) == ("id", "update", "MERGE")
+    without_id = pa.table({"v": ["b", "c"]})  # a source without it updates the other columns
+    (
+        table.merge(without_id, on="t.v = s.v", source_alias="s", target_alias="t")
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute()
+    )
+    assert sorted((r["id"], r["v"]) for r in table.to_arrow().to_pylist()) == [(1, "a"), (2, "b"), (3, "c")]
+    assert _mark(table) == 3
+
+
 def test_overwrite_transaction_and_write_table_fill_values(tmp_path: Path) -> None:
     table = Table.create(str(tmp_path), _schema(), data=_rows("a", "b"))
     table.overwrite(_rows("c"))
