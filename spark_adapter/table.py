@@ -76,10 +76,13 @@ _HISTORY_SCHEMA = (
 class EventlogTable:
     """A handle on one eventlog table for Spark users (delta-spark's ``DeltaTable``)."""
 
-    def __init__(self, spark: SparkSession, table: Table, alias: str | None = None) -> None:
+    def __init__(
+        self, spark: SparkSession, table: Table, alias: str | None = None, *, slots: SlotsSpec = None
+    ) -> None:
         self._spark = spark
         self._table = table
         self._alias = alias
+        self._slots = slots  # the slot store as opened: Spark tasks reserve identity values there
         # How tasks reach the table: its URI and the options its file system was built with.
         self._location = TableLocation.from_store(table.log)
 
@@ -104,7 +107,7 @@ class EventlogTable:
             # Spark tasks run in other processes, which cannot see this process's memory.
             table.close()
             raise InvalidInputError(f"{table.uri}: memory:// tables cannot be processed by Spark tasks")
-        return cls(spark, table)
+        return cls(spark, table, slots=slots)
 
     @staticmethod
     def isEventlogTable(
@@ -119,7 +122,7 @@ class EventlogTable:
 
     def alias(self, name: str) -> EventlogTable:
         """The same table, referred to as ``name`` in MERGE conditions."""
-        return EventlogTable(self._spark, self._table, name)
+        return EventlogTable(self._spark, self._table, name, slots=self._slots)
 
     @property
     def table(self) -> Table:
@@ -173,7 +176,7 @@ class EventlogTable:
 
     def merge(self, source: DataFrame, condition: str | Column) -> SparkMergeBuilder:
         """Start a MERGE of ``source`` (aliased with ``source.alias(name)``) into this table."""
-        return SparkMergeBuilder(self._spark, self._table, source, condition, self._alias)
+        return SparkMergeBuilder(self._spark, self._table, source, condition, self._alias, self._slots)
 
     def optimize(self) -> OptimizeBuilder:
         return OptimizeBuilder(self._spark, self._table)

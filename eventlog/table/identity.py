@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from eventlog.files.identity import IdentityColumn, check_no_explicit_values, fill_identity, identity_columns
 from eventlog.table.handle import Table
@@ -54,6 +55,27 @@ class TaskIdentity:
         data, ranges = generate_identity(data, schema, self._reserve, operation=context)
         self.ranges.extend(ranges)
         return data
+
+    def fill_flagged(self, data: pa.Table, schema: pa.Schema, flags: Mapping[str, str]) -> pa.Table:
+        """``data`` with values for the rows of each identity column whose flag column
+        (``flags``: column -> flag column) is true, the flag columns dropped: a MERGE's
+        inserted rows that leave the column to be generated, beside rows that keep theirs."""
+        for column in identity_columns(schema):
+            flag = flags.get(column.name)
+            if flag is None:
+                continue
+            mask = pc.fill_null(data[flag].combine_chunks(), False)
+            n = int(pc.sum(mask).as_py() or 0)
+            if not n:
+                continue
+            first = self._reserve(column, n)
+            values = fill_identity(pa.table({"_": pa.nulls(n)}), column, first).column(column.name)
+            current = data[column.name].combine_chunks().cast(pa.int64())
+            index = data.schema.get_field_index(column.name)
+            filled = pc.replace_with_mask(current, mask, values.combine_chunks())
+            data = data.set_column(index, data.schema.field(index).with_type(pa.int64()), filled)
+            self.ranges.append(IdentityRange(column.name, column.value(first), column.value(first + n - 1)))
+        return data.drop_columns([f for f in flags.values() if f in data.column_names])
 
     def close(self) -> None:
         if self._table is not None:

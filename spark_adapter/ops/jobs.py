@@ -45,6 +45,8 @@ from eventlog.log.actions import AddFile
 from eventlog.log.location import TableLocation
 from eventlog.ops.alter import TARGET_FILE_SIZE_KEY
 from eventlog.ops.transaction import Transaction
+from eventlog.table.identity import TaskIdentity, ranges_from_json, ranges_to_json
+from eventlog.txn.identity import IdentityRange
 from eventlog.txn.transaction import CommitResult
 from spark_adapter.errors import recover_error, typed_task_errors
 from spark_adapter.native import tagged_rows
@@ -57,7 +59,8 @@ STAGING_DIR = "_eventlog/spark-staging"
 _BATCH_ROWS = 65_536
 _WRITE_BUFFER_BYTES = 128 * 1024 * 1024
 # What tasks send back: ("add", group, AddFile JSON), ("file", file id, matched rows, copied
-# rows, DV positions) or ("source", bin, index in bin, live rows).
+# rows, DV positions), ("source", bin, index in bin, live rows) or ("identity", -1, JSON of
+# the identity ranges the task reserved).
 RESULT = StructType(
     [
         StructField("kind", StringType()),
@@ -349,33 +352,71 @@ def write_rows(
     spark: SparkSession, ctx: JobContext, rows: DataFrame, *, data_change: bool = True
 ) -> list[AddFile]:
     """Write a DataFrame of table rows as new data files in Spark tasks."""
+    return write_rows_generating(spark, ctx, rows, None, data_change=data_change)[0]
+
+
+@dataclass(frozen=True)
+class IdentityFlags:
+    """Identity values the write tasks generate: ``flags`` maps an identity column to the
+    boolean column of ``rows`` that says which rows get a value (the flag columns are not
+    written); ``slots`` names the table's slot store for the tasks (None: the default)."""
+
+    slots: str | None
+    flags: Mapping[str, str]
+
+
+def write_rows_generating(
+    spark: SparkSession,
+    ctx: JobContext,
+    rows: DataFrame,
+    identity: IdentityFlags | None,
+    *,
+    data_change: bool = True,
+) -> tuple[list[AddFile], list[IdentityRange]]:
+    """:func:`write_rows`, the tasks also reserving identity values for the flagged rows
+    (:meth:`eventlog.table.identity.TaskIdentity.fill_flagged`: one range per task and
+    column); the ranges, for the driver's ``txn.record_identity``."""
     names = ctx.arrow_schema.names
-    task = functools.partial(_write_task, ctx, data_change)
-    return adds_of(rows.select(*[quoted(n) for n in names]).mapInArrow(task, RESULT).collect())
+    extra = list(identity.flags.values()) if identity is not None else []
+    task = functools.partial(_write_task, ctx, data_change, identity)
+    out = rows.select(*[quoted(n) for n in (*names, *extra)]).mapInArrow(task, RESULT).collect()
+    ranges = [r for row in out if row.kind == "identity" for r in ranges_from_json(orjson.loads(row.payload))]
+    return adds_of(out), ranges
 
 
 def _write_task(
-    ctx: JobContext, data_change: bool, batches: Iterator[pa.RecordBatch]
+    ctx: JobContext, data_change: bool, identity: IdentityFlags | None, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
     out = TaskOutput(ctx)
+    ids = TaskIdentity(ctx.uri, identity.slots, ctx.location.storage_options) if identity else None
     results: list[Result] = []
     buffer: list[pa.RecordBatch] = []
     size = 0
+
+    def flush() -> list[Result]:
+        rows = pa.Table.from_batches(buffer)
+        if ids is not None and identity is not None:
+            rows = ids.fill_flagged(rows, ctx.arrow_schema, identity.flags)
+        return add_results(-1, out.write(ctx.conform(rows, "write"), data_change=data_change))
+
     try:
         with typed_task_errors():
             for batch in batches:
                 buffer.append(batch)
                 size += batch.nbytes
                 if size >= _WRITE_BUFFER_BYTES:
-                    rows = ctx.conform(pa.Table.from_batches(buffer), "write")
-                    results += add_results(-1, out.write(rows, data_change=data_change))
+                    results += flush()
                     buffer, size = [], 0
             if buffer:
-                rows = ctx.conform(pa.Table.from_batches(buffer), "write")
-                results += add_results(-1, out.write(rows, data_change=data_change))
+                results += flush()
     except BaseException:
         out.discard()
         raise
+    finally:
+        if ids is not None:
+            ids.close()
+    if ids is not None and ids.ranges:
+        results.append(("identity", -1, orjson.dumps(ranges_to_json(ids.ranges)).decode(), 0, 0, None))
     if results:
         yield result_batch(results)
 

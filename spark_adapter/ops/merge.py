@@ -12,8 +12,10 @@ target. Clause conditions and values are evaluated by Spark, never parsed by eve
 This module owns the Spark jobs: it joins the source with the scanned target rows on the
 whole ON condition (the target-only part included), tags each joined row with the clause
 that applies, checks cardinality, and writes the updated, inserted and (without deletion
-vectors) copied rows of the touched files in its tasks. One eventlog transaction commits
-it all.
+vectors) copied rows of the touched files in its tasks. Identity values of inserted rows
+whose clause leaves the column out are reserved in the writing tasks, as the batch writer
+does (:class:`eventlog.table.identity.TaskIdentity`; the driver records the ranges, so the
+commit moves the high-water marks). One eventlog transaction commits it all.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from eventlog.errors import IdentityColumnError
 from eventlog.files.generated import generated_columns
 from eventlog.files.identity import check_no_explicit_values, check_not_assigned, identity_columns
 from eventlog.log.actions import AddFile
+from eventlog.log.commitlog import SlotsSpec
 from eventlog.ops.mergeplan import (
     ClauseSpec,
     MergeClause,
@@ -49,6 +52,7 @@ from eventlog.txn.transaction import CommitResult
 from spark_adapter.ops.jobs import (
     FILE_COL,
     POS_COL,
+    IdentityFlags,
     JobContext,
     PendingCommit,
     StagedFiles,
@@ -58,7 +62,7 @@ from spark_adapter.ops.jobs import (
     stage_adds,
     stage_dv_deletes,
     to_column,
-    write_rows,
+    write_rows_generating,
 )
 
 _KIND = "__eventlog_kind"  # U(pdate), D(elete), I(nsert), or null (matched, no clause applies)
@@ -111,9 +115,12 @@ class SparkMergeBuilder:
         source: DataFrame,
         condition: str | Column,
         target_alias: str | None,
+        slots: SlotsSpec = None,
     ) -> None:
         self._spark = spark
         self._table = table
+        self._slots = slots  # how the tasks reach the slot store (identity values)
+        self._generate: dict[str, list[int]] = {}  # identity column -> insert clauses leaving it out
         self._source = source
         self._on = condition
         self._target_alias = target_alias or "target"
@@ -165,7 +172,17 @@ class SparkMergeBuilder:
         matched = [scope.resolve(c, parse=False, sql=_sql) for c in self._matched]
         not_matched = [scope.resolve(c, parse=False, sql=_sql) for c in self._not_matched]
         merge = begin_merge(txn, scope, on_sql, on, matched, not_matched)
-        _check_identity(txn.schema, matched, not_matched)
+        self._generate = _check_identity(txn.schema, matched, not_matched)
+        if self._generate and not (self._slots is None or isinstance(self._slots, str)):
+            column = next(iter(self._generate))
+            raise IdentityColumnError(
+                f"MERGE through Spark: identity column {column} needs values reserved in the "
+                "Spark tasks, which reach the slot store by its spec: open the table with "
+                "slots=<spec string> (or use Table.merge)",
+                column=column,
+                reason="not supported",
+                operation="MERGE",
+            )
 
         def plan(ctx: JobContext, staged: StagedFiles) -> None:
             files = txn.scan(merge.target_predicate)
@@ -226,12 +243,19 @@ class SparkMergeBuilder:
         if deletes:
             kind = _when(kind, F.col(_MATCHED).isin(deletes), F.lit("D"))
         kind = _when(kind, F.col(_INSERT).isNotNull(), F.lit("I"))
+        # Inserted rows whose clause leaves an identity column out: the writing tasks
+        # reserve their values (the column is null in them until then).
+        flags = [
+            F.coalesce(F.col(_INSERT).isin(clauses), F.lit(False)).alias(_flag(i))
+            for i, clauses in enumerate(self._generate.values())
+        ]
         tagged = joined.select(
             kind.alias(_KIND),
             quoted(_SRC, self._source_alias).alias(_SRC),
             quoted(FILE_COL, ta).alias(FILE_COL),
             quoted(POS_COL, ta).alias(POS_COL),
             *[value(n) for n in names],
+            *flags,
         )
         # Two jobs read the joined rows: compute the join once (and see one consistent
         # version of a non-deterministic source).
@@ -284,16 +308,26 @@ class SparkMergeBuilder:
         touched = sorted(per_file)
         updated = sum(r.u for r in summary)
         inserted = sum(r.i for r in summary)
+        flags = {column: _flag(i) for i, column in enumerate(self._generate)}
         parts: list[DataFrame] = []
         if updated or inserted:
-            parts.append(tagged.where(k.isin("U", "I")).select(*[quoted(n) for n in names]))
+            parts.append(
+                tagged.where(k.isin("U", "I")).select(*[quoted(n) for n in (*names, *flags.values())])
+            )
         if touched and not use_dv:
             keys = tagged.where(changed).select(FILE_COL, POS_COL).distinct()
             kept = scan_files(spark, ctx, txn, [(fid, files[fid]) for fid in touched])
             parts.append(
-                kept.join(keys, [FILE_COL, POS_COL], "left_anti").select(*[quoted(n) for n in names])
+                kept.join(keys, [FILE_COL, POS_COL], "left_anti").select(
+                    *[quoted(n) for n in names], *[F.lit(False).alias(f) for f in flags.values()]
+                )
             )
-        adds = write_rows(spark, ctx, functools.reduce(DataFrame.unionByName, parts)) if parts else []
+        adds: list[AddFile] = []
+        if parts:
+            identity = IdentityFlags(cast(str | None, self._slots), flags) if flags else None
+            rows = functools.reduce(DataFrame.unionByName, parts)
+            adds, ranges = write_rows_generating(spark, ctx, rows, identity)
+            txn.record_identity(ranges)  # the commit moves the marks and records the ranges
         if use_dv:
             # Old images of updated rows and deleted rows become DV deletes.
             stage_dv_deletes(
@@ -317,26 +351,28 @@ class SparkMergeBuilder:
 
 def _check_identity(
     schema: pa.Schema, matched: Sequence[MergeClause[Any]], not_matched: Sequence[MergeClause[Any]]
-) -> None:
-    """Identity columns: no clause may update one (Delta), and this Spark MERGE does not
-    generate values: an insert must assign every identity column (``BY DEFAULT``) or the
-    MERGE runs on the engine (``Table.merge``), which reserves them."""
+) -> dict[str, list[int]]:
+    """Identity columns, as Delta: no update clause may set one, ``UPDATE SET *`` with a
+    source that has the column included (``DELTA_IDENTITY_COLUMNS_UPDATE_NOT_SUPPORTED``),
+    and no insert may supply a ``GENERATED ALWAYS`` one. Returns, per identity column, the
+    insert clauses (indices) that leave it to be generated."""
     for clause in matched:
-        if clause.kind == "update" and not clause.from_source:
-            check_not_assigned(schema, clause.values.keys(), "MERGE")
+        if clause.kind == "update":
+            check_not_assigned(schema, clause.from_source or clause.values, "MERGE")
     columns = identity_columns(schema)
-    for clause in not_matched:
+    generate: dict[str, list[int]] = {}
+    for index, clause in enumerate(not_matched):
         given = {n.lower() for n in (clause.from_source or clause.values or {})}
         check_no_explicit_values(columns, given, "MERGE")
         for column in columns:
             if column.name.lower() not in given:
-                raise IdentityColumnError(
-                    f"MERGE through Spark: the insert clause leaves identity column {column.name} "
-                    "to be generated, which this Spark MERGE does not do; use Table.merge",
-                    column=column.name,
-                    reason="not supported",
-                    operation="MERGE",
-                )
+                generate.setdefault(column.name, []).append(index)
+    return generate
+
+
+def _flag(index: int) -> str:
+    """The flag column of the ``index``-th identity column to generate values for."""
+    return f"__eventlog_identity_{index}"
 
 
 def _when(chain: Any, test: Column, value: Column) -> Column:
