@@ -82,7 +82,9 @@ class EventlogTable:
         self._spark = spark
         self._table = table
         self._alias = alias
-        self._slots = slots  # the slot store as opened: Spark tasks reserve identity values there
+        # The slot store as opened (the table's own spec by default): Spark tasks reserve
+        # identity values there, so they must reach the store the driver commits through.
+        self._slots = slots if slots is not None else table.slots_spec
         # How tasks reach the table: its URI and the options its file system was built with.
         self._location = TableLocation.from_store(table.log)
 

@@ -88,6 +88,9 @@ class Table(AlterTable):
         self.group_commit = group_commit
         self._snapshot = snapshot
         self._lock = threading.RLock()
+        # The spec string the slot store was opened from (None: given as an object), so that
+        # other processes working for this handle (Spark tasks) open the same store.
+        self.slots_spec: str | None = None
 
     # ------------------------------------------------------------------ construction
 
@@ -220,6 +223,7 @@ class Table(AlterTable):
         """A handle on ``log`` that owns the slot store it opens for ``slots`` (see :meth:`close`)."""
         store, release = acquire_slots(slots, log)
         table = cls(log, store, None, **options)
+        table.slots_spec = slots if isinstance(slots, str) else None
         if release is not None:
             table.commitlog.own_slots(release)
         return table

@@ -201,3 +201,26 @@ def test_merge_generates_only_for_the_insert_clauses_that_leave_a_by_default_col
     with Table.open(path) as t:
         ranges = t.history(1)[0]["eventlog.identity"]["id"]
     assert sorted(v for first, last in ranges for v in range(first, last + 1)) == generated
+
+
+def test_a_handle_built_on_a_table_reserves_in_the_table_s_slot_store(spark: Any, tmp_path: Path) -> None:
+    """``EventlogTable(spark, table)``: the tasks reserve identity values in the store the table
+    was opened with (its spec), never in another one, whose counter would not know them."""
+    path, slots = str(tmp_path / "t"), str(tmp_path / "slots")
+    Table.create(path, SCHEMA, slots=slots, data=pa.table({"k": [0]})).close()
+    with Table.open(path, slots) as table:
+        assert table.slots_spec == slots
+        handle = EventlogTable(spark, table)
+        source = spark.createDataFrame([(k,) for k in range(1, 6)], "k LONG")
+        handle.alias("t").merge(source.alias("s"), "t.k = s.k").whenNotMatchedInsertAll().execute()
+    ids = [r["id"] for r in _rows(path)]
+    assert len(set(ids)) == 6
+    counters = [
+        os.path.join(root, name)
+        for root, _dirs, names in os.walk(tmp_path)
+        for name in names
+        if os.sep + "_counters" + os.sep in root + os.sep and not name.endswith(".lock")
+    ]
+    # Only the named store counted (the tasks' reservations included): nothing in the
+    # table's embedded store, which the tasks would have used without the spec.
+    assert counters and all(c.startswith(slots + os.sep) for c in counters)
