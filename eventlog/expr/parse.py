@@ -7,6 +7,7 @@ tree while building it; literals are typed, converted and folded by
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, NoReturn, TypeAlias
@@ -319,6 +320,15 @@ class _Parser:
         """
         if isinstance(e, Literal) and _kind(e.type) == "int" and _kind(other) == "decimal":
             return Literal(Decimal(e.value))
+        if (
+            isinstance(e, Literal)
+            and isinstance(e.value, dt.datetime)
+            and e.type == pa.timestamp("us", "UTC")
+            and other == pa.timestamp("us")
+        ):
+            # A TIMESTAMP literal meeting a TIMESTAMP_NTZ value: Spark compares them as
+            # instants, reading the NTZ value in the session time zone, which is UTC here.
+            return Literal(e.value.astimezone(dt.UTC).replace(tzinfo=None), pa.timestamp("us"))
         return e
 
     def coerce(self, e: Expr, other: pa.DataType | None) -> Expr:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from decimal import Decimal
 from typing import Any
 
@@ -179,3 +180,18 @@ def test_evaluate_errors() -> None:
     assert error_fields(err).expression == "id * 9223372036854775807"
     with pytest.raises(PredicateError):
         evaluate_mask(parse_expression("id + 1", SCHEMA), TABLE)
+
+
+def test_a_timestamp_literal_compares_with_timestamp_ntz_as_spark_does_in_utc() -> None:
+    """Spark compares a TIMESTAMP_NTZ value with a TIMESTAMP as instants, reading the NTZ in
+    the session time zone (UTC here): the literal becomes the NTZ of its UTC wall clock."""
+    schema = pa.schema([("ntz", pa.timestamp("us"))])
+    table = pa.table({"ntz": pa.array([dt.datetime(2024, 1, 2, 3, 4, 5, 678903), dt.datetime(2024, 1, 2)])})
+    cases = {
+        "ntz = TIMESTAMP'2024-01-02 03:04:05.678903'": [True, False],
+        "ntz = TIMESTAMP'2024-01-02T04:04:05.678903+01:00'": [True, False],
+        "ntz < TIMESTAMP'2024-01-02 01:00:00'": [False, True],
+        "ntz IN (TIMESTAMP'2024-01-02 00:00:00')": [False, True],
+    }
+    for sql, expected in cases.items():
+        assert evaluate_mask(parse_predicate(sql, schema), table).to_pylist() == expected, sql
