@@ -58,29 +58,38 @@ def _path(name: str, schema: pa.Schema, context: str) -> list[str]:
     return name.split(".")
 
 
-def _check_dependents(plan: PlanBuilder, path: Sequence[str], operation: str) -> None:
-    """Refuse to rename or drop a column a CHECK constraint or a generated column's expression
-    reads (Delta: DELTA_CONSTRAINT_DEPENDENT_COLUMN_CHANGE, DELTA_GENERATED_COLUMNS_DEPENDENT_
-    COLUMN_CHANGE): the stored SQL names the column by its logical name."""
+def dependent_expressions(plan: PlanBuilder, path: Sequence[str]) -> list[tuple[str, str]]:
+    """``(what, sql)`` of each CHECK constraint and generated column whose expression reads the
+    column (or struct field) at ``path``: Delta refuses to rename, drop or retype such a column
+    (DELTA_CONSTRAINT_DEPENDENT_COLUMN_CHANGE, DELTA_GENERATED_COLUMNS_DEPENDENT_COLUMN_CHANGE)."""
     schema, target = plan.schema, ".".join(path).lower()
     sources = [(k, v) for k, v in plan.metadata.configuration.items() if k.startswith(CONSTRAINT_PREFIX)]
     for f in schema:
         meta = f.metadata or {}
         if GENERATION_KEY in meta:
             sources.append((f"generated column {f.name}", str(orjson.loads(meta[GENERATION_KEY]))))
+    found: list[tuple[str, str]] = []
     for where, sql in sources:
         try:
             used = {c.name.lower() for c in ex.referenced_columns(ex.parse_expression(sql, schema))}
         except EventlogError:
             continue  # an expression we cannot parse names no column we can check
         if any(u == target or u.startswith(f"{target}.") or target.startswith(f"{u}.") for u in used):
-            raise ColumnMappingError(
-                f"cannot {operation.lower()} {'.'.join(path)!r}: {where} ({sql!r}) uses it",
-                operation=operation,
-                reason="dependent expression",
-                mode=cm.mode_of(plan.metadata.configuration),
-                property=cm.MODE_KEY,
-            )
+            found.append((where, sql))
+    return found
+
+
+def _check_dependents(plan: PlanBuilder, path: Sequence[str], operation: str) -> None:
+    """Refuse to rename or drop a column a CHECK constraint or a generated column's expression
+    reads: the stored SQL names the column by its logical name."""
+    for where, sql in dependent_expressions(plan, path)[:1]:
+        raise ColumnMappingError(
+            f"cannot {operation.lower()} {'.'.join(path)!r}: {where} ({sql!r}) uses it",
+            operation=operation,
+            reason="dependent expression",
+            mode=cm.mode_of(plan.metadata.configuration),
+            property=cm.MODE_KEY,
+        )
 
 
 def rename_column(plan: PlanBuilder, old: str, new: str) -> Plan:

@@ -15,6 +15,7 @@ from eventlog.files.type_widening import (
     with_type_change,
 )
 from eventlog.ops.alter import change_schema, read_protocol
+from eventlog.ops.columns import dependent_expressions
 from eventlog.snapshot.protocol import features_of
 from eventlog.txn.plan import Plan, PlanBuilder
 
@@ -46,6 +47,10 @@ def change_column_type(plan: PlanBuilder, column: str, new_type: pa.DataType) ->
         )
     if field.type == new_type:
         raise refuse("the column already has that type")
+    dependents = dependent_expressions(plan, path)
+    if dependents:  # Delta: DELTA_CONSTRAINT_/DELTA_GENERATED_COLUMNS_DEPENDENT_COLUMN_CHANGE
+        uses = "; ".join(f"{where} ({sql})" for where, sql in dependents)
+        raise refuse(f"an expression depends on the column: {uses}")
     partition = len(path) == 1 and field.name in plan.metadata.partition_columns
     if not widening_allowed(field.type, new_type, partition_column=partition):
         if partition and widening_allowed(field.type, new_type):

@@ -196,3 +196,19 @@ def test_a_type_change_fails_a_concurrent_write(local_uri: str) -> None:
     assert info.value.winning_version == 2
     assert Table.open(local_uri).version == 2
     assert len(Table.open(local_uri).to_arrow()) == 2
+
+
+def test_columns_an_expression_reads_keep_their_type(local_uri: str) -> None:
+    """As Delta (DELTA_CONSTRAINT_DEPENDENT_COLUMN_CHANGE): a CHECK constraint or a generated
+    column that reads a column pins its type; other columns still widen."""
+    t = _table(local_uri)
+    t.add_constraint("positive", "i32 > 0")
+    with pytest.raises(TypeChangeError) as info:
+        t.change_column_type("i32", pa.int64())
+    assert "positive" in info.value.reason and "i32 > 0" in info.value.reason
+    assert Table.open(local_uri).schema.field("i32").type == pa.int32()
+    t.change_column_type("i8", pa.int16())  # not referenced
+    assert Table.open(local_uri).schema.field("i8").type == pa.int16()
+    t.drop_constraint("positive")
+    t.change_column_type("i32", pa.int64())
+    assert Table.open(local_uri).schema.field("i32").type == pa.int64()
