@@ -96,8 +96,7 @@ def make_table(
 @pytest.fixture
 def table(s3_uri: str, options: dict[str, Any]) -> Iterator[str]:
     """A partitioned table, versions 0 (create), 1..3 (one append per partition)."""
-    with make_table(s3_uri, options, {"a": range(0, 40), "b": range(100, 130), "c": range(200, 210)}):
-        pass
+    make_table(s3_uri, options, {"a": range(0, 40), "b": range(100, 130), "c": range(200, 210)}).close()
     yield s3_uri
 
 
@@ -204,10 +203,8 @@ def test_two_endpoints_with_one_bucket_name_read_in_one_session(
     for c in clients:
         c.create_bucket(Bucket=bucket)
     try:
-        with make_table(uri, one, {"a": range(0, 5)}):
-            pass
-        with make_table(uri, two, {"z": range(50, 53)}):
-            pass
+        make_table(uri, one, {"a": range(0, 5)}).close()
+        make_table(uri, two, {"z": range(50, 53)}).close()
         for _ in range(2):
             first = read_table(spark, uri, storage_options=one)
             second = read_table(spark, uri, storage_options=two)
@@ -317,8 +314,7 @@ def test_dml_on_s3_with_native_scans(
     spark: Any, s3_uri: str, options: dict[str, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     slots = s3_uri.rsplit("/", 1)[0] + "/_slots"
-    with make_table(s3_uri, options, {"a": range(0, 20), "b": range(100, 110)}, DV):
-        pass
+    make_table(s3_uri, options, {"a": range(0, 20), "b": range(100, 110)}, DV).close()
     et = EventlogTable.forPath(spark, s3_uri, slots, storage_options=options)
     try:
         with caplog.at_level(logging.INFO, logger="spark_adapter.native"):
