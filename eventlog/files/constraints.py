@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -38,6 +39,7 @@ from eventlog.files.generated import SAMPLE_ROWS, compile_expression, fill_gener
 __all__ = [
     "CONSTRAINT_PREFIX",
     "INVARIANTS_KEY",
+    "PendingChecks",
     "Rule",
     "WriteRules",
     "check_rows",
@@ -135,9 +137,18 @@ class WriteRules:
     def conform(self, data: pa.Table | pa.RecordBatch, schema: pa.Schema, *, context: str) -> pa.Table:
         """``data`` cast to ``schema`` (:func:`conform`), generated columns computed or
         checked, every rule checked: ConstraintViolationError for the first one broken."""
+        table = self.prepare(data, schema, context=context)
+        self.start_checks(table, schema, threaded=False).wait()
+        return table
+
+    def prepare(self, data: pa.Table | pa.RecordBatch, schema: pa.Schema, *, context: str) -> pa.Table:
+        """``data`` cast to ``schema`` with generated columns computed or checked, and NOT
+        NULL enforced; the CHECK rules are left to :meth:`start_checks`. Every rule is
+        compiled first, so an expression this library cannot evaluate refuses the write
+        before anything is done."""
         if not self:
             return conform(data, schema, context=context)
-        rules = self.compiled(schema)
+        self.compiled(schema)
         names = data.schema.names
         missing = [c for c, _ in self.generated if c not in names]
         # a generated column left out is computed below: let conform fill it with nulls
@@ -149,9 +160,57 @@ class WriteRules:
             table = fill_generated(table, schema, dict(self.generated), missing)
             _check_generated_nulls(table, schema, missing, context)
             table = pa.Table.from_arrays(table.columns, schema=schema) if missing else table
-        for rule, expression in rules:
-            check_rows(rule, expression, table)
         return table
+
+    def start_checks(self, table: pa.Table, schema: pa.Schema, *, threaded: bool = True) -> PendingChecks:
+        """The CHECK rules of ``table`` (as :meth:`prepare` returned it), evaluated on a
+        worker thread while the caller writes the files when ``threaded`` and the table is
+        large; :meth:`PendingChecks.wait` (or leaving its ``with`` block) raises the first
+        violation. The caller must not commit before the wait."""
+        rules = self.compiled(schema) if self.checks else []
+        if not rules:
+            return PendingChecks(None)
+        if threaded and table.num_rows >= _PARALLEL_CHECK_ROWS:
+            return PendingChecks(_CHECK_POOL.submit(_check_all, rules, table))
+        _check_all(rules, table)
+        return PendingChecks(None)
+
+
+# CHECK rules of a large write are evaluated on this thread while Parquet encodes the rows
+# (Arrow's kernels release the GIL), so they cost CPU but little wall time.
+_CHECK_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eventlog-checks")
+_PARALLEL_CHECK_ROWS = 65_536
+
+
+def _check_all(rules: list[tuple[Rule, ex.Expr]], table: pa.Table) -> None:
+    for rule, expression in rules:
+        check_rows(rule, expression, table)
+
+
+class PendingChecks:
+    """CHECK rules being evaluated (:meth:`WriteRules.start_checks`). As a context manager
+    around the write of the same rows: on leaving, it waits for the rules, and a violation
+    is raised in place of whatever the write raised (the rows were never valid)."""
+
+    def __init__(self, future: Future[None] | None) -> None:
+        self._future = future
+
+    def wait(self) -> None:
+        """ConstraintViolationError if a rule is broken (else returns once all are checked)."""
+        if self._future is not None:
+            self._future.result()
+
+    def __enter__(self) -> PendingChecks:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
+        if error is None:
+            self.wait()
+            return
+        try:
+            self.wait()
+        except ConstraintViolationError as violation:
+            raise violation from error
 
 
 def _compile_rule(rule: Rule, schema: pa.Schema) -> ex.Expr:

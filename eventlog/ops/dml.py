@@ -116,13 +116,14 @@ def update(plan: PlanBuilder, predicate: str | None, assignments: Mapping[str, s
         rules = WriteRules.of(plan.schema, plan.metadata.configuration)
         # generated columns not assigned are computed again from the new values (Delta)
         stale = [c for c, _ in rules.generated if c not in exprs]
-        new_rows = rules.conform(
+        new_rows = rules.prepare(
             pa.concat_tables(rewritten).drop_columns(stale), plan.schema, context="update"
         )
-        if use_dv:
-            plan.flush_deletes()
-        else:
-            plan.remove_files(touched)
-        write_rows(plan, new_rows)
+        with rules.start_checks(new_rows, plan.schema):  # checked while the files are written
+            if use_dv:
+                plan.flush_deletes()
+            else:
+                plan.remove_files(touched)
+            write_rows(plan, new_rows)
     plan.add_metrics(numRemovedFiles=len(touched), numUpdatedRows=updated, numCopiedRows=copied)
     return plan.build()

@@ -168,7 +168,9 @@ class _MergeClauses:
             stale = [c for c, _ in rules.generated if c not in assigned]
             parts = [part.drop_columns(stale) for part in out_parts]
             rows = pa.concat_tables(parts, promote_options="default")  # nullability may differ
-            write_rows(plan, rules.conform(rows, schema, context="merge"))
+            rows = rules.prepare(rows, schema, context="merge")
+            with rules.start_checks(rows, schema):  # checked while the files are written
+                write_rows(plan, rows)
         return merge_metrics(
             files_removed=len(touched),
             updated=updates.num_rows,

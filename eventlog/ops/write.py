@@ -15,7 +15,7 @@ from eventlog import expr as ex
 from eventlog.errors import (
     InvalidInputError,
 )
-from eventlog.files.constraints import WriteRules
+from eventlog.files.constraints import PendingChecks, WriteRules
 from eventlog.files.enforce import merge_schema
 from eventlog.files.schema import canonical_schema
 from eventlog.log.actions import AddFile, Metadata
@@ -26,7 +26,10 @@ from eventlog.snapshot.protocol import protocol_for
 from eventlog.txn.plan import Plan, PlanBuilder
 
 
-def _prepare_data(plan: PlanBuilder, data: Any, schema_mode: str | None, context: str) -> pa.Table:
+def _prepare_data(
+    plan: PlanBuilder, data: Any, schema_mode: str | None, context: str
+) -> tuple[pa.Table, PendingChecks]:
+    """The rows to write, and their CHECK rules under way (wait before committing)."""
     table = to_arrow_table(data)
     if schema_mode not in (None, "merge"):
         raise InvalidInputError(f"schema_mode must be None or 'merge', got {schema_mode!r}")
@@ -37,15 +40,18 @@ def _prepare_data(plan: PlanBuilder, data: Any, schema_mode: str | None, context
             change_schema(plan, merged)
             schema = plan.schema  # as staged (column mapping gives new fields physical names)
     table = plan.generate_identity(table, schema, context)  # identity columns left out
-    return WriteRules.of(schema, plan.metadata.configuration).conform(table, schema, context=context)
+    rules = WriteRules.of(schema, plan.metadata.configuration)
+    table = rules.prepare(table, schema, context=context)
+    return table, rules.start_checks(table, schema)
 
 
 def append(plan: PlanBuilder, data: Any, *, schema_mode: str | None = None) -> Plan:
     """Blind append: reads nothing, so it cannot conflict with concurrent data changes."""
     parts = list(plan.metadata.partition_columns)
     plan.set_operation("WRITE", {"mode": "Append", "partitionBy": parts})
-    table = _prepare_data(plan, data, schema_mode, "append")
-    adds = write_rows(plan, table)
+    table, checks = _prepare_data(plan, data, schema_mode, "append")
+    with checks:  # the rules are checked while the files are written
+        adds = write_rows(plan, table)
     plan.add_metrics(
         numFiles=len(adds), numOutputRows=table.num_rows, numOutputBytes=sum(a.size for a in adds)
     )
@@ -67,18 +73,19 @@ def overwrite(
 ) -> Plan:
     """Replace the table's rows (or the rows matching ``replace_where``) with ``data``."""
     _begin_overwrite(plan, replace_where)
-    table = _prepare_data(plan, data, schema_mode, "overwrite")
-    pred = plan.parse_predicate(replace_where, "replace_where") if replace_where is not None else None
-    if pred is not None:
-        ok = ex.evaluate_mask(pred, table)
-        if pc.sum(ok).as_py() != table.num_rows and table.num_rows:
-            raise InvalidInputError(
-                f"Data written out does not match replaceWhere '{replace_where}': "
-                f"{table.num_rows - (pc.sum(ok).as_py() or 0)} rows fall outside it"
-            )
-    files = plan.scan(pred)
-    removed, deleted_rows, copied = remove_rows(plan, files, pred)
-    adds = write_rows(plan, table)
+    table, checks = _prepare_data(plan, data, schema_mode, "overwrite")
+    with checks:  # the rules are checked while the table is read and the files written
+        pred = plan.parse_predicate(replace_where, "replace_where") if replace_where is not None else None
+        if pred is not None:
+            ok = ex.evaluate_mask(pred, table)
+            if pc.sum(ok).as_py() != table.num_rows and table.num_rows:
+                raise InvalidInputError(
+                    f"Data written out does not match replaceWhere '{replace_where}': "
+                    f"{table.num_rows - (pc.sum(ok).as_py() or 0)} rows fall outside it"
+                )
+        files = plan.scan(pred)
+        removed, deleted_rows, copied = remove_rows(plan, files, pred)
+        adds = write_rows(plan, table)
     plan.add_metrics(
         numFiles=len(adds), numOutputRows=table.num_rows, numRemovedFiles=removed,
         numDeletedRows=deleted_rows, numCopiedRows=copied,

@@ -157,7 +157,9 @@ class Table(AlterTable):
             try:
                 rules = WriteRules.of(arrow_schema, props)
                 rows = txn.generate_identity(rows, arrow_schema, "create")
-                adds = write_rows(txn, rules.conform(rows, arrow_schema, context="create"))
+                rows = rules.prepare(rows, arrow_schema, context="create")
+                with rules.start_checks(rows, arrow_schema):  # checked while the files are written
+                    adds = write_rows(txn, rows)
             except BaseException:
                 txn.abort()
                 raise
@@ -487,6 +489,11 @@ class Table(AlterTable):
             )
         )
 
+    def reorg_purge(self, where: str | None = None, *, target_size: int | None = None) -> CommitResult:
+        """REORG TABLE ... APPLY (PURGE): rewrite the files with deletion vectors (in the
+        partitions ``where`` selects) so deleted rows are physically gone (``dataChange=false``)."""
+        return self._run(lambda txn: txn.reorg_purge(where=where, target_size=target_size))
+
     def vacuum(
         self, retention_hours: float | None = None, *, dry_run: bool = False, enforce_retention: bool = True
     ) -> list[str]:
@@ -532,7 +539,7 @@ class Table(AlterTable):
 
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
         """commitInfo of each version, newest first (Delta's DESCRIBE HISTORY)."""
-        return commit_history(self.commitlog, self.refresh().version, limit)
+        return commit_history(self.commitlog, self.refresh(), limit)
 
     # ------------------------------------------------------------------ audits
 

@@ -257,3 +257,28 @@ def test_write_committed_while_a_constraint_is_being_added_fails_the_constraint(
     assert "delta.constraints.pos" not in t.refresh().properties
     with pytest.raises(ConstraintViolationError):
         t.add_constraint("pos", "x > 0")
+
+
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_large_writes_are_checked_while_their_files_are_written(local_uri: str, where: str) -> None:
+    """From 65,536 rows the CHECK rules run beside the Parquet writer: a violation anywhere
+    still fails the write with the same fields, and the files already written are deleted."""
+    n = 200_000
+    ids = pa.array(range(n), pa.int64())
+    t = Table.create(local_uri, pa.schema([pa.field("id", pa.int64()), pa.field("x", pa.int64())]))
+    t.append(pa.table({"id": ids, "x": pa.array([1] * n, pa.int64())}))  # one file of n rows
+    t.add_constraint("pos", "x > 0")
+    before = _state(t)
+    bad = 0 if where == "first" else n - 1
+    data = pa.table({"id": ids, "x": pa.array([-5 if i == bad else 1 for i in range(n)], pa.int64())})
+    with pytest.raises(ConstraintViolationError) as err:
+        t.append(data)
+    assert (err.value.constraint, err.value.count, err.value.values) == ("pos", 1, {"x": -5})
+    with pytest.raises(ConstraintViolationError):
+        t.overwrite(data)
+    with pytest.raises(ConstraintViolationError) as err:  # rewrites the whole file
+        t.update(f"id = {bad}", {"x": "x - 10"})
+    assert (err.value.count, err.value.values) == (1, {"x": -9})
+    assert _state(t) == before
+    t.update(f"id = {bad}", {"x": "x + 10"})
+    assert t.to_arrow(filter=f"id = {bad}").column("x").to_pylist() == [11]
