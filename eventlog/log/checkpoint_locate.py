@@ -16,9 +16,8 @@ from typing import Any
 
 import fsspec
 import orjson
-import pyarrow.parquet as pq
 
-from eventlog.log.checkpoint_state import LAST_CHECKPOINT, checkpoint_path
+from eventlog.log.checkpoint_state import LAST_CHECKPOINT
 from eventlog.log.storage import whole_file_options
 
 __all__ = [
@@ -29,7 +28,6 @@ __all__ = [
     "is_local",
     "list_checkpoints",
     "list_log",
-    "read_chain_head",
     "read_last_checkpoint",
     "read_last_checkpoint_info",
 ]
@@ -179,18 +177,6 @@ def read_last_checkpoint(fs: fsspec.AbstractFileSystem, log_dir: str) -> int | N
     """Version named by ``_last_checkpoint``; None if it is absent or unreadable."""
     info = read_last_checkpoint_info(fs, log_dir)
     return None if info is None else info.version
-
-
-def read_chain_head(fs: fsspec.AbstractFileSystem, log_dir: str, version: int) -> str | None:
-    """The chain head a single-file checkpoint at ``version`` carries (footer only), or None."""
-    path = checkpoint_path(log_dir, version)
-    try:
-        with fs.open(path, "rb") as f:
-            metadata = pq.read_schema(f).metadata or {}
-    except FileNotFoundError:
-        return None
-    value = metadata.get(CHAIN_HEAD_KEY)
-    return value.decode() if value is not None else None
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:

@@ -52,6 +52,7 @@ from eventlog.log.checkpoint_state import (
     CHECKPOINT_METADATA_STRUCT,
     CHECKPOINT_SCHEMA,
     SIDECAR_STRUCT,
+    SIDECARS,
     CheckpointState,
 )
 from eventlog.log.filetable import ADD_SCHEMA, REMOVE_SCHEMA, adds_table, conform, removes_table
@@ -59,7 +60,6 @@ from eventlog.log.storage import whole_file_options
 
 __all__ = ["read_checkpoint"]
 
-SIDECARS = "_sidecars"
 
 # --------------------------------------------------------------------------- decode
 

@@ -26,6 +26,7 @@ from eventlog.log.filetable import (
 __all__ = [
     "CHECKPOINT_SCHEMA",
     "LAST_CHECKPOINT",
+    "SIDECARS",
     "AddFiles",
     "CheckpointState",
     "RemoveFiles",
@@ -33,6 +34,7 @@ __all__ = [
 ]
 
 LAST_CHECKPOINT = "_last_checkpoint"
+SIDECARS = "_sidecars"  # the directory of V2 checkpoints' sidecar files, in _delta_log
 
 # --------------------------------------------------------------------------- schema
 
