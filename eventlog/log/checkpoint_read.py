@@ -58,7 +58,7 @@ from eventlog.log.checkpoint_state import (
 from eventlog.log.filetable import ADD_SCHEMA, REMOVE_SCHEMA, adds_table, conform, removes_table
 from eventlog.log.storage import whole_file_options
 
-__all__ = ["read_checkpoint"]
+__all__ = ["read_checkpoint", "referenced_sidecars"]
 
 
 # --------------------------------------------------------------------------- decode
@@ -412,3 +412,29 @@ def _read_first(fs: fsspec.AbstractFileSystem, log_dir: str, found: list[Checkpo
         except (CorruptLogError, FileNotFoundError) as exc:
             errors.append(exc)
     raise errors[0]
+
+
+def referenced_sidecars(
+    fs: fsspec.AbstractFileSystem, log_dir: str, checkpoints: Iterable[CheckpointFiles]
+) -> set[str]:
+    """The file names of the sidecars the single-file ``checkpoints`` (classic or UUID-named;
+    only V2-spec ones have ``sidecar`` rows) reference: what log cleanup must keep.
+
+    Raises :class:`CorruptLogError` or ``FileNotFoundError`` when a checkpoint cannot be
+    read (callers then delete no sidecar)."""
+    log_dir = log_dir.rstrip("/")
+    names: set[str] = set()
+    for cp in checkpoints:
+        if cp.kind == "multipart":
+            continue  # V1 spec only: never sidecars
+        out = _Actions()
+        path = f"{log_dir}/{cp.names[0]}"
+        try:
+            if path.endswith(".json"):
+                _read_json(fs, path, out)
+            else:
+                _read_parquet(fs, path, out, ["sidecar"])
+        except _PARSE_ERRORS as exc:
+            raise _corrupt(path, cp.version, exc) from exc
+        names |= {urllib.parse.unquote(p).rstrip("/").rpartition("/")[2] for p in out.sidecars}
+    return names

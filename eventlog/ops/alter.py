@@ -16,6 +16,7 @@ from eventlog.errors import (
 from eventlog.files import column_mapping as cm
 from eventlog.files.schema import canonical_schema, to_spark_schema_json
 from eventlog.files.type_widening import TYPE_WIDENING_PROPERTY
+from eventlog.log import in_commit_timestamps as ict
 from eventlog.log.actions import Protocol
 from eventlog.log.cleanup import AUDIT_RETENTION_KEY
 from eventlog.ops import columns
@@ -26,7 +27,7 @@ from eventlog.userinput import check_string_map, parse_interval_ms
 
 APPEND_ONLY_KEY = "delta.appendOnly"
 TARGET_FILE_SIZE_KEY = "delta.targetFileSize"
-_BOOL_PROPERTIES = (APPEND_ONLY_KEY, DV_PROPERTY, TYPE_WIDENING_PROPERTY)
+_BOOL_PROPERTIES = (APPEND_ONLY_KEY, DV_PROPERTY, TYPE_WIDENING_PROPERTY, ict.ENABLE_KEY)
 _INT_PROPERTIES = ("delta.checkpointInterval", TARGET_FILE_SIZE_KEY, "delta.dataSkippingNumIndexedCols")
 DELETED_FILE_RETENTION_KEY = "delta.deletedFileRetentionDuration"
 DEFAULT_DELETED_FILE_RETENTION = "interval 1 week"

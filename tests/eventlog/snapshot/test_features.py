@@ -130,7 +130,12 @@ def _data_files(uri: str) -> list[str]:
             {"delta.enableChangeDataFeed": "true"},
             ["changeDataFeed"],
         ),
-        (Protocol(3, 7, ("v2Checkpoint",), ("appendOnly", "v2Checkpoint")), {}, ["v2Checkpoint"]),
+        # vacuumProtocolCheck: VACUUM checks the writer protocol, so it refuses too.
+        (
+            Protocol(3, 7, ("vacuumProtocolCheck",), ("appendOnly", "futureFeature", "vacuumProtocolCheck")),
+            {},
+            ["futureFeature"],
+        ),
         (Protocol(1, 7, None, ("appendOnly", "futureFeature")), {}, ["futureFeature"]),
     ],
 )
