@@ -56,8 +56,8 @@ decimals as strings, binary as base64 and non-finite floats as "NaN"/"Infinity".
   a file has no statistics), ``rows_deleted_by_dv, data_change, metadata_changed,
   protocol_changed``.
 * ``verify``: ``{"table", "ok", "first_bad_version", "problem" (edited, removed,
-  inserted, reordered, truncated, lost, unanchored, unguarded; or null), "detail" (what was
-  found, or null), "checked_from", "chained_from", "versions_checked", "anchors_checked",
+  inserted, reordered, truncated, lost, unanchored, unguarded, non-monotonic; or null),
+  "detail" (what was found, or null), "checked_from", "chained_from", "versions_checked", "anchors_checked",
   "hmac_checked", "unanchored", "unguarded" ([version, engine] pairs), "notes"}``; exit
   code 1 when ``ok`` is false, with
   ``eventlog: verify failed: version N <problem> (<detail>)`` on stderr, and a warning on

@@ -24,6 +24,10 @@ transaction committed later, having lost the version to it) was written by anoth
 writer outside the slots (Delta Spark, delta-rs): "unguarded", naming its engine, unless the
 audit allows such commits (``allow_unguarded``), which it then notes.
 
+With in-commit timestamps (:mod:`eventlog.log.in_commit_timestamps`) a commit whose
+``inCommitTimestamp`` is not after the one of the commit before it is "non-monotonic": time
+travel by timestamp could no longer tell the two apart, or would put them in the wrong order.
+
 A missing version in the middle is "removed". A completed version slot above the newest
 commit file whose staged commit is gone is a truncated tail ("truncated"); a claim above it
 that never completed is noted (its writer died before publishing).
@@ -51,6 +55,7 @@ from eventlog.log.audit import digest as sha256
 from eventlog.log.audit import read_audit, recompute
 from eventlog.log.checkpoint import read_chain_head
 from eventlog.log.commitlog import CommitLog
+from eventlog.log.in_commit_timestamps import FIELD as ICT_FIELD
 from eventlog.log.recovery import ACCEPTED_LOSS, LOST_DIGEST, LOST_FILE_DIGEST, LOST_TXN
 from eventlog.log.storage import LogStore
 from lockstore import SlotClaim, SlotRecord
@@ -65,7 +70,7 @@ class VerifyReport:
     """The outcome of :func:`verify`.
 
     ``problem`` is one of "edited", "removed", "inserted", "reordered", "truncated",
-    "lost", "unanchored", "unguarded" (None when ``ok``), at ``first_bad_version``;
+    "lost", "unanchored", "unguarded", "non-monotonic" (None when ``ok``), at ``first_bad_version``;
     ``detail`` says what was found. ``checked_from`` is the first version walked and
     ``chained_from`` the first chained one. ``unanchored``: chained commits the slot store
     holds no anchor for. ``unguarded``: (version, engine) of the commits other Delta
@@ -165,6 +170,7 @@ class _Walk:
         # every chained commit of ours, slot records staying).
         self.guarded = False
         self.prev_version = -1
+        self.prev_ict: int | None = None  # the previous commit's inCommitTimestamp
         self.seen: dict[str, int] = {}  # file digest -> version
         self.chained_from: int | None = None
         self.hmac_from: int | None = None
@@ -201,11 +207,26 @@ class _Walk:
             self.lost_file_digest = None
             if repair is not None:
                 self._check_repair(version, repair)
+        self._check_timestamp(version, data)
         self.guarded = self.guarded or record is not None
         own = sha256(data)
         self.seen[own] = version
         self.prev_digest, self.prev_version = own, version
         self.checked += 1
+
+    def _check_timestamp(self, version: int, data: bytes) -> None:
+        """In-commit timestamps increase strictly from one commit to the next."""
+        info = _first_info(data)
+        stamped = info.get(ICT_FIELD) if info is not None else None
+        ict = stamped if isinstance(stamped, int) and not isinstance(stamped, bool) else None
+        previous, self.prev_ict = self.prev_ict, ict
+        if ict is not None and previous is not None and ict <= previous:
+            raise _Failure(
+                version,
+                "non-monotonic",
+                f"commit {version}'s inCommitTimestamp {ict} is not after commit {version - 1}'s "
+                f"({previous})",
+            )
 
     def _check_unchained(self, version: int, data: bytes, record: SlotRecord | None) -> None:
         """An unchained commit after the chain began: another Delta writer's (Delta Spark,
@@ -417,14 +438,21 @@ def _engine(data: bytes) -> str | None:
     return None
 
 
-def _txn_id(data: bytes) -> str | None:
-    """The transaction id in a commit's commitInfo (first line), or None."""
+def _first_info(data: bytes) -> dict[str, object] | None:
+    """A commit's commitInfo when it is the first line (as tamper evidence and in-commit
+    timestamps put it), or None."""
     try:
         first = orjson.loads(data.split(b"\n", 1)[0])
     except orjson.JSONDecodeError:
         return None
     info = first.get("commitInfo") if isinstance(first, dict) else None
-    txn = info.get("txnId") if isinstance(info, dict) else None
+    return info if isinstance(info, dict) else None
+
+
+def _txn_id(data: bytes) -> str | None:
+    """The transaction id in a commit's commitInfo (first line), or None."""
+    info = _first_info(data)
+    txn = info.get("txnId") if info is not None else None
     return str(txn) if txn is not None else None
 
 

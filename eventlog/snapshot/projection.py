@@ -51,6 +51,7 @@ from eventlog.log.filetable import (
     remove_files,
     removes_table,
 )
+from eventlog.log.in_commit_timestamps import commit_time
 from eventlog.snapshot.isolation import IsolationLevel
 from eventlog.snapshot.reconcile import fold_files
 
@@ -200,7 +201,8 @@ class Snapshot:
 
     @property
     def commit_timestamps(self) -> tuple[tuple[int, int], ...]:
-        """(version, commitInfo.timestamp) of every commit folded from JSON, in order;
+        """(version, timestamp) of every commit folded from JSON, in order (its
+        ``inCommitTimestamp`` when it has one, else ``commitInfo.timestamp``);
         versions folded from a checkpoint are absent (looked up from the log)."""
         self._fold()
         assert self._timestamps is not None
@@ -346,8 +348,9 @@ def _as_table(table: pa.Table | None, schema: pa.Schema) -> pa.Table:
 
 
 def _timestamps(events: Sequence[Events]) -> tuple[tuple[int, int], ...]:
+    """(version, timestamp) of each commit: its in-commit timestamp, else commitInfo's."""
     return tuple(
-        (event.version, action.timestamp)
+        (event.version, commit_time(action))
         for event in events
         for action in event.actions
         if isinstance(action, CommitInfo)

@@ -9,6 +9,7 @@ import datetime as dt
 from typing import Any
 
 from eventlog.errors import InvalidInputError, VersionNotFoundError
+from eventlog.log import in_commit_timestamps as ict
 from eventlog.log.commitlog import CommitLog
 from eventlog.snapshot.projection import Snapshot
 
@@ -22,14 +23,27 @@ def version_at(
     (:func:`timestamp_ms` of ``requested``, which error messages name).
 
     Commit times come from ``current`` when it knows them, else from each commit's
-    ``commitInfo.timestamp``, else from the commit file's modification time.
+    ``commitInfo`` (its ``inCommitTimestamp``, else its ``timestamp``), else from the commit
+    file's modification time. With in-commit timestamps on, the protocol's rules apply
+    (:func:`eventlog.log.in_commit_timestamps.window`): versions from the enablement version
+    on are dated by ``inCommitTimestamp`` and are the only ones a timestamp at or after the
+    enablement timestamp can resolve to; older ones by their file's modification time.
     """
     known = dict(current.commit_timestamps)
+    versions: range = range(current.version + 1)
+    by_mtime = False
+    where = ict.enablement(current.metadata.configuration)
+    if where is not None:
+        versions, by_ict = ict.window(where, ts_ms, current.version)
+        by_mtime = not by_ict
     best = -1
-    for version in range(current.version + 1):
-        commit_ts = known.get(version)
-        if commit_ts is None:
-            commit_ts = _commit_timestamp(commitlog, version)
+    for version in versions:
+        if by_mtime:
+            commit_ts = commitlog.log.commit_mtime_ms(version)
+        else:
+            commit_ts = known.get(version)
+            if commit_ts is None:
+                commit_ts = _commit_timestamp(commitlog, version)
         if commit_ts is None:
             continue
         if commit_ts <= ts_ms:
@@ -48,8 +62,9 @@ def version_at(
 
 def _commit_timestamp(commitlog: CommitLog, version: int) -> int | None:
     commit = commitlog.read_commit(version, required=False)
-    if commit is not None and commit.timestamp is not None:
-        return commit.timestamp
+    info = commit.commit_info if commit is not None else None
+    if info is not None:
+        return ict.commit_time(info)
     return commitlog.log.commit_mtime_ms(version)
 
 
@@ -73,11 +88,14 @@ def timestamp_ms(value: dt.datetime | str | int) -> int:
     return int(value.timestamp() * 1000)
 
 
-def commit_history(commitlog: CommitLog, latest: int, limit: int | None) -> list[dict[str, Any]]:
-    """``{"version": v, **commitInfo}`` of each version from ``latest`` down, at most ``limit``,
-    stopping where older commits were cleaned up."""
+def commit_history(commitlog: CommitLog, current: Snapshot, limit: int | None) -> list[dict[str, Any]]:
+    """``{"version": v, **commitInfo}`` of each version from ``current``'s down, at most
+    ``limit``, stopping where older commits were cleaned up. ``timestamp`` is the commit's
+    time as time travel dates it: with in-commit timestamps on, ``inCommitTimestamp`` from
+    the enablement version on and the file's modification time before it."""
+    where = ict.enablement(current.metadata.configuration)
     out: list[dict[str, Any]] = []
-    version = latest
+    version = current.version
     while version >= 0 and (limit is None or len(out) < limit):
         commit = commitlog.read_commit(version, required=False)
         if commit is None:
@@ -86,6 +104,13 @@ def commit_history(commitlog: CommitLog, latest: int, limit: int | None) -> list
         entry: dict[str, Any] = {"version": version}
         if info is not None:
             entry.update(info.to_json())
+        if where is not None:
+            if version >= where.version:
+                dated = ict.in_commit_timestamp(info)
+            else:
+                dated = commitlog.log.commit_mtime_ms(version)
+            if dated is not None:
+                entry["timestamp"] = dated
         out.append(entry)
         version -= 1
     return out

@@ -30,6 +30,7 @@ from eventlog.errors import DeltaConcurrentModificationException
 from eventlog.files.datafiles import delete_files
 from eventlog.files.deletion_vectors import dv_file_path
 from eventlog.files.scan import file_deletes
+from eventlog.log import in_commit_timestamps as ict
 from eventlog.log.actions import Action, AddFile, CommitInfo, Metadata, RemoveFile
 from eventlog.log.audit import chain_commit
 from eventlog.log.commit import Commit
@@ -138,12 +139,58 @@ class CommitAttempt:
         # Set when the loop leaves while the commit may still land (interrupted while
         # queued for group commit): the files it wrote must then be kept.
         self.may_still_land = False
+        self._dated: tuple[int, int] | None = None  # (version, timestamp) of the last dating
 
     def bytes(self, version: int) -> bytes:
         """The commit file's bytes for ``version``: chained to version-1's hash
         (:mod:`eventlog.log.audit`), so a commit re-staged for another version changes."""
         prev = self.target.commit_digest(version - 1)
-        return chain_commit([self.info, *self.body], prev, self.target.audit_key)
+        return chain_commit(self.dated([self.info, *self.body], version), prev, self.target.audit_key)
+
+    @property
+    def in_commit_timestamps(self) -> bool:
+        """Whether the table as this commit leaves it writes in-commit timestamps."""
+        metadata = self.summary.metadata or self.summary.read_metadata
+        return metadata is not None and ict.enabled(metadata.configuration)
+
+    def commit_timestamp(self, version: int) -> int:
+        """The timestamp of this commit at ``version``: the clock, but after version-1's.
+
+        Fixed while the commit tries ``version`` (its staged bytes stay the same), taken
+        again when it moves to another version (rebased over a winner)."""
+        if self._dated is None or self._dated[0] != version:
+            previous = self._previous_timestamp(version)
+            self._dated = (version, ict.next_timestamp(previous, ict.wall_clock_ms()))
+        return self._dated[1]
+
+    def _previous_timestamp(self, version: int) -> int | None:
+        """Version-1's timestamp: its in-commit timestamp, else its commitInfo's, and with
+        in-commit timestamps on (this commit enables them) its file's modification time."""
+        if version <= 0:
+            return None
+        (previous,) = self.target.commits_between(version - 1, version - 1)
+        stamped = ict.in_commit_timestamp(previous.commit_info)
+        if stamped is not None:
+            return stamped
+        mtime = self.target.log.commit_mtime_ms(version - 1) if self.in_commit_timestamps else None
+        known = [t for t in (previous.timestamp, mtime) if t is not None]
+        return max(known) if known else None
+
+    def dated(self, actions: Sequence[Action], version: int) -> list[Action]:
+        """``actions`` (commitInfo first) as the commit file of ``version`` holds them: with
+        in-commit timestamps on, the commitInfo carries :meth:`commit_timestamp`, and a
+        commit that turns them on for an existing table records where they begin."""
+        if not self.in_commit_timestamps:
+            return list(actions)
+        info, *rest = actions
+        assert isinstance(info, CommitInfo), "commitInfo must come first"
+        ts = self.commit_timestamp(version)
+        read = self.summary.read_metadata
+        body = [
+            ict.stamp_enablement(a, read, version, ts) if isinstance(a, Metadata) and read is not None else a
+            for a in rest
+        ]
+        return [ict.stamp_info(info, ts), *body]
 
     def _winner_bitmaps(self, commit: Commit) -> dict[str, AbstractBitMap64]:
         """DV bitmaps of a winner's files that row-level resolution compares with ours."""

@@ -351,13 +351,10 @@ class GroupCommitLoop:
                 table.log.stage(claim.staged, data)
         else:
             group_id = str(uuid.uuid4())
-            previous = table.commits_between(latest, latest)[0].timestamp if latest >= 0 else 0
-            actions = combine(
-                members,
-                txn_id=group_id,
-                timestamp=max(int(time.time() * 1000), (previous or 0) + 1),
-                read_version=latest,
+            combined = combine(
+                members, txn_id=group_id, timestamp=attempt.commit_timestamp(version), read_version=latest
             )
+            actions = attempt.dated(combined, version)
             data = chain_commit(actions, table.commit_digest(version - 1), table.audit_key)
             ids = tuple(m.txn_id for m in members)
             claim = SlotClaim(
