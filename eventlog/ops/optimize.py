@@ -55,13 +55,20 @@ def begin_optimize(
         "OPTIMIZE", {"predicate": [partition_filter] if partition_filter else [], "zOrderBy": zorder},
         changes_data=False,
     )  # fmt: skip
-    pred = None
-    if partition_filter is not None:
-        pred = plan.parse_predicate(partition_filter, "partition_filter")
-        outside = [c.name for c in ex.referenced_columns(pred) if c.name not in parts]
-        if outside:
-            raise InvalidInputError(f"OPTIMIZE's filter may only use partition columns, not {outside}")
-    return zorder, pred
+    return zorder, partition_predicate(plan, partition_filter, "OPTIMIZE")
+
+
+def partition_predicate(plan: PlanBuilder, partition_filter: str | None, operation: str) -> ex.Expr | None:
+    """The parsed ``partition_filter`` of an OPTIMIZE or REORG (None without one); it may
+    only read partition columns, as in Delta."""
+    if partition_filter is None:
+        return None
+    parts = plan.metadata.partition_columns
+    pred = plan.parse_predicate(partition_filter, "partition_filter")
+    outside = [c.name for c in ex.referenced_columns(pred) if c.name not in parts]
+    if outside:
+        raise InvalidInputError(f"{operation}'s filter may only use partition columns, not {outside}")
+    return pred
 
 
 def optimize(
@@ -79,20 +86,34 @@ def optimize(
     zorder, pred = begin_optimize(plan, zorder_by, partition_filter)
     parts = plan.metadata.partition_columns
     target = target_size or table_target_size(plan)
-    scanned = _scan(plan, pred)
+    scanned = scan_files(plan, pred)
     if scanned is None:  # no snapshot yet: nothing to compact
         plan.add_metrics(numRemovedFiles=0, numAddedFiles=0)
         return plan.build()
     part_pred, files = scanned
     keys = cm.partition_keys(plan.schema, parts)  # column mapping: keyed by physical names
     bins = bin_rows(files, keys, target, rewrite_all=bool(zorder))
+    # Delta's OPTIMIZE reads every file its filter selects.
+    return rewrite_bins(plan, _bin_files(files, bins), zorder, pred, part_pred, read_files(files, keys))
+
+
+def rewrite_bins(
+    plan: PlanBuilder,
+    bins: Sequence[Sequence[AddFile]],
+    zorder: Sequence[str],
+    pred: ex.Expr | None,
+    part_pred: ex.Expr | None,
+    read: Mapping[str, Mapping[str, str | None]],
+) -> Plan:
+    """Rewrite each bin of files as new files (``dataChange = false``), record ``read`` and
+    the filter as the scan's reads, and build the plan: the part OPTIMIZE and REORG share."""
     removed = added = 0
-    # On row-level-concurrency tables a plain compaction records where each source's rows
-    # went, so concurrent DV deletes on its inputs can be carried over instead of failing
-    # it; a Z-order permutes rows and keeps the file-level rules ("can conflict only when
-    # ZORDER BY is used").
-    mapped = not zorder and plan.deletion_vectors_enabled and not parts
-    for bin_ in _bin_files(files, bins):
+    # On row-level-concurrency tables (deletion vectors enabled, partitioned or not) a
+    # plain compaction records where each source's rows went, so concurrent DV deletes on
+    # its inputs can be carried over instead of failing it; a Z-order permutes rows and
+    # keeps the file-level rules ("can conflict only when ZORDER BY is used").
+    mapped = not zorder and plan.deletion_vectors_enabled
+    for bin_ in bins:
         plan.remove_files(bin_, data_change=False)
         removed += len(bin_)
         if mapped:
@@ -106,16 +127,16 @@ def optimize(
     plan.add_metrics(numRemovedFiles=removed, numAddedFiles=added)
     built = plan.build()
     # The scan's reads, as PlanBuilder.scan records them: concurrent removes of any file
-    # read fail this commit (Delta's OPTIMIZE reads every file its filter selects).
+    # read fail this commit.
     return dataclasses.replace(
         built,
         partition_predicates=(*built.partition_predicates, part_pred if part_pred is not None else ex.TRUE),
         predicates=(*built.predicates, pred if pred is not None else ex.TRUE),
-        read_files={**built.read_files, **_read_files(files, keys)},
+        read_files={**built.read_files, **read},
     )
 
 
-def _scan(plan: PlanBuilder, pred: ex.Expr | None) -> tuple[ex.Expr | None, pa.Table] | None:
+def scan_files(plan: PlanBuilder, pred: ex.Expr | None) -> tuple[ex.Expr | None, pa.Table] | None:
     """(the partition-only part of ``pred`` or None, the live add rows it selects), as
     :meth:`PlanBuilder.scan` selects them but as columns; None without a snapshot."""
     snap = plan.snapshot
@@ -136,7 +157,7 @@ def _bin_files(files: pa.Table, bins: Sequence[np.ndarray]) -> list[list[AddFile
     return [values[int(e) - len(b) : int(e)] for b, e in zip(bins, ends, strict=True)]
 
 
-def _read_files(files: pa.Table, partition_columns: Sequence[str]) -> dict[str, Mapping[str, str | None]]:
+def read_files(files: pa.Table, partition_columns: Sequence[str]) -> dict[str, Mapping[str, str | None]]:
     """Each file read and its partition values (one mapping shared by a partition's files)."""
     if files.num_rows == 0:
         return {}
@@ -150,18 +171,21 @@ def _read_files(files: pa.Table, partition_columns: Sequence[str]) -> dict[str, 
 def _compact_mapped(plan: PlanBuilder, sources: Sequence[AddFile]) -> None:
     """Compact ``sources`` into exactly one file whose tags say where each source's rows went."""
     fs, root = plan.table.log.fs, plan.table.log.root
+    partition_columns = plan.metadata.partition_columns
     parts: list[pa.Table] = []
     records: list[tuple[AddFile, FrozenBitMap64, int, int]] = []
     offset = 0
     for f in sources:
-        rows, _, current, physical = read_file_positions(
-            fs, root, f, plan.schema, plan.metadata.partition_columns
-        )
+        rows, _, current, physical = read_file_positions(fs, root, f, plan.schema, partition_columns)
         records.append((f, current, physical, offset))
         parts.append(rows)
         offset += rows.num_rows
+    data = pa.concat_tables(parts)
+    if cm.is_mapped(plan.schema) and not cm.is_mapped(data.schema):
+        data = cm.adopt(data, plan.schema)  # column mapping: written under physical names
+    # A bin holds one partition's files: one output file, in that partition.
     (add,) = write_data_files(
-        fs, root, pa.concat_tables(parts), partition_columns=(), data_change=False, target_file_size=2**62
+        fs, root, data, partition_columns=partition_columns, data_change=False, target_file_size=2**62
     )
     compaction = [
         CompactionSource(f.path, f.key[1], current, physical, add.path, start)

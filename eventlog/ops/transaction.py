@@ -27,6 +27,7 @@ from eventlog.ops import (
     dml,
     identity_sync,
     optimize,
+    reorg,
     restore,
     type_change,
     write,
@@ -90,6 +91,10 @@ class Transaction(CoreTransaction):
                 plan, zorder_by=zorder_by, partition_filter=partition_filter, target_size=target_size
             )
         )
+
+    def reorg_purge(self, *, where: str | None = None, target_size: int | None = None) -> None:
+        """REORG TABLE ... APPLY (PURGE): rewrite files with deletion vectors (:mod:`eventlog.ops.reorg`)."""
+        self.run(lambda plan: reorg.reorg_purge(plan, where=where, target_size=target_size))
 
     def restore(self, version: int) -> None:
         self.run(lambda plan: restore.restore(plan, version))

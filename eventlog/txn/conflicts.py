@@ -22,14 +22,16 @@ decides which exception a user sees, so it is part of the contract:
 Among the file checks, append beats delete-read, which beats delete-delete: two
 ``replaceWhere`` writes on one partition fail the second with ConcurrentAppend.
 
-Tables with deletion vectors enabled and no partition columns use row-level concurrency
-(the Databricks contract) instead of steps 5-7:
+Tables with deletion vectors enabled use row-level concurrency instead of steps 5-7: the
+Databricks contract for unpartitioned tables, and beyond it for partitioned ones, with the
+same rules and fallbacks (on a partitioned table a winner's new file must also lie in a
+partition this transaction's predicates select, as in step 5):
 
 5'. resolve changes to different rows of shared files (:mod:`eventlog.txn.rowlevel`): merge
     the two deletion vectors, or carry deletes across a concurrent compaction;
-6'. new rows the winner wrote that this transaction's predicates may match (file
-    statistics) -> ConcurrentAppendException; DV re-adds and compaction outputs carry no
-    new rows and are skipped;
+6'. new rows the winner wrote that this transaction's predicates may match (partition
+    values, then file statistics) -> ConcurrentAppendException; DV re-adds and compaction
+    outputs carry no new rows and are skipped;
 7'. files this transaction removes that the winner removed and resolution could not
     reconcile (the same row changed twice, or a Z-order rewrite) -> ConcurrentDeleteRead
     (a file it read) or ConcurrentDeleteDelete.
@@ -39,7 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,9 +60,9 @@ from eventlog.errors import (
     MetadataChangedException,
     ProtocolChangedException,
 )
-from eventlog.expr import Expr, Literal, evaluate_mask, may_match_mask
+from eventlog.expr import Expr, Literal, evaluate_mask
 from eventlog.files.column_mapping import physical_name, strip
-from eventlog.files.pruning import file_stats, partition_strings, typed_partition_values
+from eventlog.files.pruning import partition_strings, prune_table, typed_partition_values
 from eventlog.log.actions import (
     AddFile,
     CommitInfo,
@@ -123,7 +125,7 @@ class TransactionSummary:
     removes: tuple[RemoveFile, ...] = ()
     domains: tuple[DomainMetadata, ...] = ()
     adds: tuple[AddFile, ...] = ()
-    # Row-level concurrency (DVs enabled, no partition columns): this transaction's
+    # Row-level concurrency (DVs enabled, partitioned or not): this transaction's
     # changes to existing files, and the files it compacts (OPTIMIZE without Z-order).
     row_level: bool = False
     data_schema: pa.Schema = field(default_factory=lambda: pa.schema([]))
@@ -517,12 +519,28 @@ def _check_added_rows(txn: TransactionSummary, winner: WinningCommit, excluded: 
         return
     preds = txn.read_set.predicates or txn.read_set.partition_predicates
     if txn.read_set.whole_table or any(isinstance(p, Literal) and p.value is True for p in preds):
-        matched = True
+        matched = candidates.slice(0, 1)
     else:
-        stats = file_stats(candidates, txn.data_schema)
-        matched = any(pc.any(may_match_mask(pred, stats)).as_py() for pred in dict.fromkeys(preds))
-    if matched:
-        raise _conflict(ConcurrentAppendException, txn, winner)
+        matched = _first_may_match(dict.fromkeys(preds), candidates, txn)
+    if matched is not None:
+        values = matched.column("partitionValues")[0].as_py()
+        hint = partition_hint(dict(values or ()), txn.partition_schema)
+        raise _conflict(ConcurrentAppendException, txn, winner, partition=hint)
+
+
+def _first_may_match(
+    predicates: Iterable[Expr], candidates: pa.Table, txn: TransactionSummary
+) -> pa.Table | None:
+    """The first candidate (add rows) that may hold a row matching one of ``predicates``, as
+    one add row: its partition values must satisfy the predicate's partition-only part
+    (exactly, as the file-level append check evaluates it), then its statistics must allow
+    a match (as data skipping); None when no candidate may match."""
+    schema = pa.schema([*txn.data_schema, *txn.partition_schema])
+    for pred in predicates:
+        _, kept = prune_table(candidates, pred, schema, txn.partition_schema.names)
+        if kept.num_rows:
+            return kept.slice(0, 1)
+    return None
 
 
 def _check_changed_files_row_level(

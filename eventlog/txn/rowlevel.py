@@ -1,7 +1,8 @@
 """Row-level concurrency: resolving two commits that changed different rows of one file.
 
-Used by the conflict checker for tables with deletion vectors enabled and no partition
-columns (the Databricks contract). Like the checker, every function here is pure: DV
+Used by the conflict checker for tables with deletion vectors enabled: unpartitioned ones
+(the Databricks contract) and partitioned ones (beyond it: a file lies in one partition, so
+the same per-file rules apply). Like the checker, every function here is pure: DV
 bitmaps of the winning commit are loaded by the caller and passed in.
 
 A transaction records, for each existing file it changes, a :class:`DvUpdate`: the DV

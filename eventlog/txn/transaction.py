@@ -260,13 +260,10 @@ class CoreTransaction(PlanBuilder):
         )
 
     def _row_level(self) -> bool:
-        """Row-level concurrency applies to DV-enabled tables without partition columns."""
+        """Row-level concurrency applies to DV-enabled tables, partitioned or not (beyond
+        the Databricks contract, which stops at unpartitioned tables)."""
         snap = self.snapshot
-        return (
-            snap is not None
-            and snap.metadata.configuration.get(DV_PROPERTY) == "true"
-            and not snap.partition_columns
-        )
+        return snap is not None and snap.metadata.configuration.get(DV_PROPERTY) == "true"
 
     def pending(self) -> PendingCommit:
         """This transaction's prepared commit, as the commit loops take it (validates it)."""

@@ -41,7 +41,6 @@ def plan_optimize(
 ) -> PendingCommit:
     """Bin-packing compaction (optionally Z-ordered), planned as eventlog.ops.optimize.optimize."""
     zorder, pred = begin_optimize(txn, zorder_by, partition_filter)
-    parts = txn.metadata.partition_columns
 
     def plan(ctx: JobContext, staged: StagedFiles) -> None:
         files = txn.scan(pred)
@@ -52,7 +51,7 @@ def plan_optimize(
             b for g in groups.values() for b in plan_bins(g, ctx.target_file_size, rewrite_all=bool(zorder))
         ]
         # Same rule as eventlog: plain compactions on row-level tables record where rows went.
-        mapped = not zorder and txn.deletion_vectors_enabled and not parts
+        mapped = not zorder and txn.deletion_vectors_enabled
         for bin_ in bins:
             txn.remove_files(bin_, data_change=False)
         results: list[Any] = []

@@ -7,7 +7,7 @@ so MERGE is tested both as the loser (its commit comes after a concurrent DELETE
 UPDATE, MERGE, OPTIMIZE or blind INSERT landed) and as the winner. Expected outcomes
 come from the reference matrices: file-level rules (``SAME_FILES`` of
 ``test_conflict_matrix``) on tables without row-level concurrency, "no conflict" on
-disjoint partitions, and row-level rules on deletion-vector tables without partitions.
+disjoint partitions, and row-level rules on deletion-vector tables, partitioned or not.
 Whenever both commit, the table must equal the two operations run one after the other
 in commit order on a fresh copy of the seed.
 """
@@ -89,9 +89,10 @@ class Layout:
     def expected(self, second: str, first: str, level: str) -> type[Exception] | None:
         if self.partitioned and self.second_date != D1:
             return None  # disjoint partitions never conflict
-        if self.dv and not self.partitioned:
-            # Row-level concurrency: only changing the same row conflicts (OPTIMIZE here
-            # never Z-orders, and inserts of other keys never match a DML's predicate).
+        if self.dv:
+            # Row-level concurrency, partitioned or not: only changing the same row conflicts
+            # (OPTIMIZE here never Z-orders, and inserts of other keys never match a DML's
+            # predicate).
             same_row = self.second_key == FIRST_KEY and second in DML and first in DML
             return DeltaConcurrentModificationException if same_row else None
         return SAME_FILES[(second, first)][level]
@@ -104,6 +105,7 @@ LAYOUTS = [
     Layout("dv-row-level-other-rows", partitioned=False, dv=True, second_date=D1, second_key=1),
     Layout("dv-row-level-same-row", partitioned=False, dv=True, second_date=D1, second_key=FIRST_KEY),
     Layout("dv-same-partition", partitioned=True, dv=True, second_date=D1, second_key=1),
+    Layout("dv-same-partition-same-row", partitioned=True, dv=True, second_date=D1, second_key=FIRST_KEY),
     Layout("dv-disjoint-partitions", partitioned=True, dv=True, second_date=D2, second_key=1),
 ]
 
@@ -112,7 +114,7 @@ CASES = [
     for layout in LAYOUTS
     for second, first in PAIRS
     for level in (SER, WS)
-    if not (layout.name == "dv-row-level-same-row" and (second not in DML or first not in DML))
+    if not (layout.name.endswith("same-row") and (second not in DML or first not in DML))
 ]
 
 

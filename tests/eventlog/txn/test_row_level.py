@@ -1,7 +1,7 @@
 """Deletion vectors and the row-level concurrency matrix of the reference, cell by cell.
 
-Tables here have ``delta.enableDeletionVectors = true`` and no partition columns, which
-turns on row-level concurrency: writes that change different rows of one data file both
+Tables here have ``delta.enableDeletionVectors = true`` and no partition columns (the
+partitioned case: ``test_row_level_partitioned``), which turns on row-level concurrency: writes that change different rows of one data file both
 commit; only changing the same row conflicts. OPTIMIZE conflicts only with ZORDER BY.
 """
 
@@ -197,17 +197,6 @@ def test_three_stacked_disjoint_deletes_all_commit(local_uri: str) -> None:
     # Rebased over the winners' deletion vectors, the statistics stay wide.
     (merged,) = [a for a in t.snapshot().add_files if a.deletion_vector is not None]
     assert (merged.parsed_stats() or {})["tightBounds"] is False
-
-
-def test_partitioned_dv_tables_keep_file_level_rules(local_uri: str) -> None:
-    t = Table.create(local_uri, SCHEMA, partition_by=["date"], properties=DV)
-    t.append(rows([1, 2, 3]))
-    pinned = Table.open(local_uri).transaction()
-    t.delete("id = 1")
-    pinned.delete("id = 2")
-    with pytest.raises(ConcurrentAppendException):
-        pinned.commit()
-    assert sorted_ids(t) == [2, 3]
 
 
 def test_data_files_of_a_dropped_compaction_are_cleaned_up(local_uri: str) -> None:
