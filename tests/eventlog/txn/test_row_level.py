@@ -1,8 +1,9 @@
 """Deletion vectors and the row-level concurrency matrix of the reference, cell by cell.
 
 Tables here have ``delta.enableDeletionVectors = true`` and no partition columns (the
-partitioned case: ``test_row_level_partitioned``), which turns on row-level concurrency: writes that change different rows of one data file both
-commit; only changing the same row conflicts. OPTIMIZE conflicts only with ZORDER BY.
+partitioned case: ``test_row_level_partitioned``), which turns on row-level concurrency:
+writes that change different rows of one data file both commit; only changing the same
+row conflicts. OPTIMIZE conflicts only with ZORDER BY.
 """
 
 from __future__ import annotations
