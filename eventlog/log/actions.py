@@ -395,6 +395,37 @@ class RemoveFile:
 
 
 @dataclass(frozen=True, slots=True)
+class AddCDCFile:
+    """``cdc``: a change data file (``_change_data/...``) holding the rows a commit changed,
+    with their ``_change_type``; never live data (``dataChange`` is always false)."""
+
+    path: str
+    partition_values: Mapping[str, str | None]
+    size: int
+    tags: Mapping[str, str] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "path": self.path,
+            "partitionValues": dict(self.partition_values),
+            "size": self.size,
+            "dataChange": False,
+        }
+        if self.tags is not None:
+            out["tags"] = dict(self.tags)
+        return out
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> AddCDCFile:
+        return AddCDCFile(
+            path=d["path"],
+            partition_values=_string_map(d.get("partitionValues") or {}, "partitionValues"),
+            size=int(d.get("size") or 0),
+            tags=_tags(d.get("tags")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class SetTransaction:
     """``txn``: the latest version an application (stream, idempotent writer) committed."""
 
@@ -439,7 +470,15 @@ class UnknownAction:
 
 
 Action = Union[
-    CommitInfo, Metadata, Protocol, AddFile, RemoveFile, SetTransaction, DomainMetadata, UnknownAction
+    CommitInfo,
+    Metadata,
+    Protocol,
+    AddFile,
+    RemoveFile,
+    AddCDCFile,
+    SetTransaction,
+    DomainMetadata,
+    UnknownAction,
 ]
 
 _NAMES: dict[type, str] = {
@@ -448,6 +487,7 @@ _NAMES: dict[type, str] = {
     Protocol: "protocol",
     AddFile: "add",
     RemoveFile: "remove",
+    AddCDCFile: "cdc",
     SetTransaction: "txn",
     DomainMetadata: "domainMetadata",
 }
