@@ -54,49 +54,15 @@ if ! command -v mvn >/dev/null; then
 fi
 
 # Resolve (and download into ~/.m2 on first use) delta-spark and its runtime dependencies,
-# then keep only the jars pyspark lacks. Redone when the pom or the pyspark install changes.
+# then keep only the jars pyspark lacks (scripts/resolve_maven_jars.sh). Redone when the pom
+# or the pyspark install changes.
 pyspark_jars="$("$VENV/bin/python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"
 jar_stamp="$CACHE/.resolved"
 jar_want="$(sha256sum "$PEER/pom.xml" | cut -d' ' -f1) $(ls "$pyspark_jars" | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$jar_stamp" ] || [ "$(cat "$jar_stamp")" != "$jar_want" ] || [ ! -f "$CACHE/jars.txt" ]; then
   log "resolving Delta Spark's jars with Maven ($PEER/pom.xml) into $CACHE"
-  rm -rf "$CACHE"
-  mkdir -p "$CACHE/maven"
-  mvn -q -B -f "$PEER/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
-    -DoutputDirectory="$PWD/$CACHE/maven" >&2
-  "$VENV/bin/python" - "$PWD/$CACHE" "$pyspark_jars" <<'EOF'
-"""Split the resolved jars: those whose artifact pyspark ships are left out (two versions of
-one class on the classpath: pyspark's is the one Spark 4.2 is built and tested with)."""
-
-import os
-import re
-import sys
-
-cache, pyspark_jars = sys.argv[1], sys.argv[2]
-
-
-def artifact(jar: str) -> str:
-    match = re.match(r"^(.+?)-\d[^/]*\.jar$", jar)
-    return match.group(1) if match else jar
-
-
-shipped = {artifact(j): j for j in os.listdir(pyspark_jars) if j.endswith(".jar")}
-keep, drop = [], []
-for jar in sorted(os.listdir(os.path.join(cache, "maven"))):
-    if not jar.endswith(".jar"):
-        continue
-    name = artifact(jar)
-    if name in shipped:
-        drop.append(f"{jar}\tpyspark ships {shipped[name]}")
-    else:
-        keep.append(os.path.join(cache, "maven", jar))
-if not any(os.path.basename(j).startswith("delta-spark_") for j in keep):
-    sys.exit("bootstrap_delta: Maven resolved no delta-spark jar")
-with open(os.path.join(cache, "excluded.txt"), "w") as f:
-    f.write("".join(line + "\n" for line in drop))
-with open(os.path.join(cache, "jars.txt"), "w") as f:
-    f.write("".join(path + "\n" for path in keep))
-EOF
+  ./scripts/resolve_maven_jars.sh bootstrap_delta "$VENV/bin/python" "$PEER/pom.xml" "$PWD/$CACHE" \
+    "$pyspark_jars" delta-spark_
   echo "$jar_want" > "$jar_stamp"
   log "$(wc -l < "$CACHE/jars.txt") jars for spark.jars, $(wc -l < "$CACHE/excluded.txt") left to pyspark"
 fi

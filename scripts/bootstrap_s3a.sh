@@ -46,42 +46,8 @@ if ! command -v mvn >/dev/null; then
 fi
 
 log "resolving hadoop-aws $pom_hadoop and the AWS SDK modules with Maven ($POM) into $CACHE"
-rm -rf "$CACHE/maven" "$CACHE/jars.txt" "$CACHE/excluded.txt" "$jar_stamp"
-mkdir -p "$CACHE/maven"
-mvn -q -B -f "$POM" dependency:copy-dependencies -DincludeScope=runtime \
-  -DoutputDirectory="$CACHE/maven" >&2
-"$VENV/bin/python" - "$CACHE" "$pyspark_jars" <<'PY'
-"""Split the resolved jars: those whose artifact pyspark ships are left out (two versions of
-one class on the classpath: pyspark's is the one Spark is built and tested with)."""
-
-import os
-import re
-import sys
-
-cache, pyspark_jars = sys.argv[1], sys.argv[2]
-
-
-def artifact(jar: str) -> str:
-    match = re.match(r"^(.+?)-\d[^/]*\.jar$", jar)
-    return match.group(1) if match else jar
-
-
-shipped = {artifact(j): j for j in os.listdir(pyspark_jars) if j.endswith(".jar")}
-keep, drop = [], []
-for jar in sorted(os.listdir(os.path.join(cache, "maven"))):
-    if not jar.endswith(".jar"):
-        continue
-    name = artifact(jar)
-    if name in shipped or name.startswith("hadoop-client-"):
-        drop.append(f"{jar}\tpyspark ships {shipped.get(name, 'hadoop-client-api/runtime')}")
-    else:
-        keep.append(os.path.join(cache, "maven", jar))
-if not any(os.path.basename(j).startswith("hadoop-aws-") for j in keep):
-    sys.exit("bootstrap_s3a: Maven resolved no hadoop-aws jar")
-with open(os.path.join(cache, "excluded.txt"), "w") as f:
-    f.write("".join(line + "\n" for line in drop))
-with open(os.path.join(cache, "jars.txt"), "w") as f:
-    f.write("".join(path + "\n" for path in keep))
-PY
+# pyspark ships hadoop-client-api/runtime, which hadoop-client-* would duplicate.
+./scripts/resolve_maven_jars.sh bootstrap_s3a "$VENV/bin/python" "$POM" "$CACHE" "$pyspark_jars" hadoop-aws- \
+  hadoop-client- hadoop-client-api/runtime
 echo "$jar_want" > "$jar_stamp"
 log "$(wc -l < "$CACHE/jars.txt") jars for spark.jars ($(tr '\n' '\0' < "$CACHE/jars.txt" | xargs -0 cat | wc -c) bytes), $(wc -l < "$CACHE/excluded.txt") left to pyspark"
