@@ -8,6 +8,7 @@
     eventlog verify TABLE [--key-env VAR] [--accept-lost N]... [--require-anchors] [--allow-unguarded]
     eventlog vacuum TABLE [--dry-run] [--retention-hours H]
     eventlog optimize TABLE [--where SQL] [--zorder-by COLS]
+    eventlog reorg TABLE --purge [--where SQL]
     eventlog restore TABLE N
     eventlog slots status TABLE [--limit N]
     eventlog slots repair TABLE [--dry-run] [--limit N] [--accept-lost N]...
@@ -18,7 +19,7 @@ Global options, before or after the subcommand: ``--slots SPEC`` (the slot store
 LEVEL`` (debug, info, warning, error, critical; to stderr), ``--json``, ``--debug``.
 
 Every subcommand prints tables for people, or with ``--json`` one JSON document for
-scripts. Long work (replay, verify, vacuum, optimize) shows a progress bar when stdout is
+scripts. Long work (replay, verify, vacuum, optimize, reorg) shows a progress bar when stdout is
 a terminal, never otherwise.
 
 Exit codes: 0 success; 1 a check failed (``verify`` found tampering; the log is damaged:
@@ -68,7 +69,8 @@ decimals as strings, binary as base64 and non-finite floats as "NaN"/"Infinity".
 * ``vacuum``: ``{"table", "dry_run", "retention_hours", "files", "num_files"}``: the files
   deleted (or, with ``--dry-run``, that would be).
 * ``optimize``: ``{"table", "version", "operation", "metrics", "txn_id", "where",
-  "zorder_by"}``; ``restore``: ``{"table", "version", "operation", "metrics", "txn_id",
+  "zorder_by"}``; ``reorg``: ``{"table", "version", "operation", "metrics", "txn_id",
+  "where", "purge"}``; ``restore``: ``{"table", "version", "operation", "metrics", "txn_id",
   "restored_version"}``.
 * ``slots status``: ``{"table" (the slot key), "latest", "incomplete": [{"version",
   "txn_id", "owner", "staged", "age_seconds", "owner_alive"}], "sessions"}``.
@@ -137,6 +139,7 @@ for _name, _function in (
     ("verify", audits.verify),
     ("vacuum", maintenance.vacuum),
     ("optimize", maintenance.optimize),
+    ("reorg", maintenance.reorg),
     ("restore", maintenance.restore),
 ):
     app.command(_name)(with_global_options(_function))

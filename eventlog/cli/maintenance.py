@@ -1,5 +1,5 @@
-"""Subcommands that change the table or its slots: ``vacuum``, ``optimize``, ``restore``,
-``slots status`` and ``slots repair``."""
+"""Subcommands that change the table or its slots: ``vacuum``, ``optimize``, ``reorg``,
+``restore``, ``slots status`` and ``slots repair``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from rich.console import RenderableType
 from eventlog.cli.options import AcceptLostOption, Settings
 from eventlog.cli.output import emit, fields, pairs, progress, table
 from eventlog.cli.reads import TableArg, column_list
+from eventlog.errors import InvalidInputError
 from eventlog.txn.transaction import CommitResult
 from lockstore.cli import slot_report
 
@@ -80,6 +81,31 @@ def optimize(
     emit(settings, data, _render_commit)
 
 
+def reorg(
+    settings: Settings,
+    uri: TableArg,
+    purge: Annotated[
+        bool,
+        typer.Option("--purge", help="APPLY (PURGE): rewrite the files with deletion vectors (required)."),
+    ] = False,
+    where: Annotated[
+        str | None,
+        typer.Option(metavar="SQL", help="Only partitions matching this predicate.", show_default=False),
+    ] = None,
+) -> None:
+    """REORG TABLE ... APPLY (PURGE): physically remove deleted rows; a dataChange=false commit."""
+    if not purge:
+        raise InvalidInputError(
+            "reorg needs --purge (REORG TABLE ... APPLY (PURGE) is the one REORG it runs)"
+        )
+    with settings.open(uri) as t:
+        with progress("Purging"):
+            result = t.reorg_purge(where)
+        data = commit_json(t.uri, result)
+        data.update({"where": where, "purge": True})
+    emit(settings, data, _render_commit)
+
+
 def restore(
     settings: Settings,
     uri: TableArg,
@@ -112,8 +138,9 @@ def _render_commit(data: dict[str, Any]) -> list[RenderableType]:
     }
     if "restored_version" in data:
         shown["restored version"] = data["restored_version"]
-    if "zorder_by" in data:
+    if "zorder_by" in data or "purge" in data:
         shown["where"] = data["where"]
+    if "zorder_by" in data:
         shown["z-order by"] = ", ".join(data["zorder_by"])
     return fields(f"{data['operation']} of {data['table']}", shown)
 
