@@ -8,6 +8,7 @@ t.delete("date < '2010-01-01'")
 
 from eventlog.errors import (
     AppendOnlyViolationError,
+    ChangeDataNotRecordedError,
     ColumnMappingError,
     CommitFailedError,
     CommitLostError,
@@ -23,6 +24,7 @@ from eventlog.errors import (
     DeltaConcurrentModificationException,
     EventlogError,
     IdentityColumnError,
+    InvalidChangeRangeError,
     InvalidInputError,
     InvalidTablePropertyError,
     InvalidTextError,
@@ -55,6 +57,7 @@ from eventlog.txn.transaction import CommitResult
 
 __all__ = [
     "AppendOnlyViolationError",
+    "ChangeDataNotRecordedError",
     "CommitFailedError",
     "CommitLostError",
     "CommitResult",
@@ -70,6 +73,7 @@ __all__ = [
     "DeltaConcurrentModificationException",
     "EventlogError",
     "IdentityColumnError",
+    "InvalidChangeRangeError",
     "InvalidInputError",
     "InvalidTablePropertyError",
     "InvalidTextError",

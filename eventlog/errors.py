@@ -67,6 +67,8 @@ class EventlogError(Exception):
     sample: list[dict[str, Any]]
     values: dict[str, Any]
     count: int
+    start: int
+    end: int | None
 
     def __init__(self, message: str, **fields: Any) -> None:
         super().__init__(message)
@@ -339,6 +341,49 @@ class NotNullViolationError(ConstraintViolationError, SchemaMismatchError):
             count=count,
             columns=columns,
         )
+
+
+class ChangeDataNotRecordedError(InvalidInputError):
+    """A change data feed read over versions without change data: the feed
+    (``delta.enableChangeDataFeed``) was off at the start version or turned off within the
+    range (Delta's ``DELTA_MISSING_CHANGE_DATA``). Fields: ``version`` (the first version
+    without change data), ``start`` and ``end`` (the range asked for)."""
+
+    error_class = "DELTA_MISSING_CHANGE_DATA"
+
+    def __init__(self, *, version: int, start: int, end: int) -> None:
+        EventlogError.__init__(
+            self,
+            f"[{self.error_class}] Error getting change data for range [{start} , {end}] as change "
+            f"data was not recorded for version [{version}]. If you've enabled change data feed on "
+            "this table, use `DESCRIBE HISTORY` to see when it was first enabled. Otherwise, to "
+            "start recording change data, set the table property delta.enableChangeDataFeed=true "
+            "(Table.set_properties).",
+            version=version,
+            start=start,
+            end=end,
+        )
+
+
+class InvalidChangeRangeError(InvalidInputError):
+    """A change data feed range that cannot be read: its end is before its start (Delta's
+    ``DELTA_INVALID_CDC_RANGE``) or its start is after the latest version
+    (``DELTA_CDC_START_VERSION_AFTER_LATEST``). Fields: ``start``, ``end`` (None when not
+    given), ``latest`` (the table's latest version) and ``reason`` (``"end before start"``,
+    ``"start after latest"``)."""
+
+    def __init__(self, *, start: int, end: int | None, latest: int, reason: str) -> None:
+        if reason == "end before start":
+            message = (
+                f"[DELTA_INVALID_CDC_RANGE] CDC range from start {start} to end {end} was invalid. "
+                "End cannot be before start."
+            )
+        else:
+            message = (
+                f"[DELTA_CDC_START_VERSION_AFTER_LATEST] Start version {start} for change data feed "
+                f"exceeds the latest table version {latest}."
+            )
+        EventlogError.__init__(self, message, start=start, end=end, latest=latest, reason=reason)
 
 
 # --------------------------------------------------------------------------- commits

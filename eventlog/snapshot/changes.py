@@ -1,0 +1,364 @@
+"""The change data feed, read (Delta's ``table_changes`` and ``CDCReader``): the row-level
+changes of versions ``start..end``, each row with ``_change_type`` (``insert``,
+``update_preimage``, ``update_postimage``, ``delete``), ``_commit_version`` and
+``_commit_timestamp``.
+
+Three steps, so that Spark can run the first two on the driver and the last in tasks:
+
+1. :func:`resolve_range`: the versions asked for, by version or by timestamp (a start
+   timestamp names the first version committed at or after it, an end timestamp the last
+   one at or before it), checked against the table's latest version.
+2. :func:`plan_changes`: per commit, which files say what changed, exactly as Delta's
+   ``CDCReader.changesToDF``: a commit with ``cdc`` actions is read from its change data
+   files only; any other commit's ``add`` and ``remove`` actions with ``dataChange=true``
+   are its inserted and deleted rows, except that a file removed and added again in one
+   commit (a new deletion vector) changes only the rows the vectors differ in, and a MERGE
+   whose metrics say it inserted, updated and deleted nothing changes nothing. The feed
+   must be on (``delta.enableChangeDataFeed``) at the start version and stay on:
+   :class:`~eventlog.errors.ChangeDataNotRecordedError` otherwise.
+3. :func:`read_changes`: the rows (:mod:`eventlog.files.change_rows`) in the schema of the
+   end version, with the commit timestamps, a SQL filter and a projection applied.
+
+Commit timestamps are Delta's: the commit's ``inCommitTimestamp`` when its commitInfo has one,
+else its file's modification time, made strictly increasing over the versions before it
+(Delta's ``monotonizeCommitTimestamps``, from up to 100 versions before the range).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+from collections.abc import Mapping, Sequence
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+
+from eventlog import expr as ex
+from eventlog.errors import (
+    ChangeDataNotRecordedError,
+    CorruptLogError,
+    InvalidChangeRangeError,
+    InvalidInputError,
+    UnknownColumnError,
+    VersionNotFoundError,
+)
+from eventlog.files import column_mapping as cm
+from eventlog.files.change_rows import (
+    COMMIT_VERSION,
+    ChangeFile,
+    change_columns,
+    read_change_rows,
+)
+from eventlog.files.schema import from_spark_schema_json
+from eventlog.log.actions import AddCDCFile, AddFile, CommitInfo, Metadata, RemoveFile
+from eventlog.log.commit import Commit
+from eventlog.log.commitlog import CommitLog
+from eventlog.log.storage import LogStore, file_mtime_ms, parse_commit_file_name
+from eventlog.snapshot.loader import load_snapshot
+from eventlog.snapshot.timeline import timestamp_ms
+from eventlog.userinput import check_string_list
+
+__all__ = [
+    "CDF_KEY",
+    "ChangePlan",
+    "cdf_enabled",
+    "commit_timestamps",
+    "plan_changes",
+    "read_changes",
+    "resolve_range",
+]
+
+CDF_KEY = "delta.enableChangeDataFeed"
+UNMONOTONIZED = 100  # Delta's DeltaHistoryManager.POTENTIALLY_UNMONOTONIZED_TIMESTAMPS
+_MERGE_ROW_METRICS = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
+
+Timestamp = dt.datetime | str | int
+
+
+def cdf_enabled(configuration: Mapping[str, str]) -> bool:
+    """Whether a table with these properties records change data."""
+    return str(configuration.get(CDF_KEY, "")).strip().lower() == "true"
+
+
+@dataclasses.dataclass(frozen=True)
+class ChangePlan:
+    """What a change data feed read of versions ``start..end`` reads: ``files`` (in commit
+    order), ``timestamps`` (version -> commit time, epoch ms) and the end version's
+    ``metadata`` (the schema the rows are returned in). ``files`` is empty, and ``end`` is
+    ``start - 1``, when two timestamps fall between the same two commits."""
+
+    start: int
+    end: int
+    metadata: Metadata
+    files: tuple[ChangeFile, ...]
+    timestamps: Mapping[int, int]
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The end version's table schema (column mapping metadata included)."""
+        return cm.with_mode(from_spark_schema_json(self.metadata.schema_string), self.metadata.configuration)
+
+    @property
+    def partition_columns(self) -> tuple[str, ...]:
+        return self.metadata.partition_columns
+
+
+# --------------------------------------------------------------------------- timestamps
+
+
+def _in_commit_timestamp(info: CommitInfo | None) -> int | None:
+    value = info.extra.get("inCommitTimestamp") if info is not None else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _commit_mtimes(log: LogStore, first: int, last: int) -> dict[int, int]:
+    """Modification times of the commit files ``first..last`` that exist (one listing on
+    object stores, one stat per file on local disk)."""
+    out: dict[int, int] = {}
+    if log.is_local:
+        for version in range(first, last + 1):
+            try:
+                out[version] = int(os.stat(log.commit_path(version)).st_mtime * 1000)
+            except FileNotFoundError:
+                continue
+        return out
+    try:
+        entries = log.fs.ls(log.log_dir, detail=True)
+    except FileNotFoundError:
+        return out
+    for info in entries:
+        found = parse_commit_file_name(str(info.get("name", "")))
+        mtime = file_mtime_ms(info)
+        if found is not None and first <= found <= last and mtime is not None:
+            out[found] = mtime
+    return out
+
+
+def commit_timestamps(commitlog: CommitLog, commits: Sequence[Commit]) -> dict[int, int]:
+    """Commit time (epoch ms) of each of ``commits`` (consecutive versions), as Delta's change
+    data feed dates them (see the module docstring)."""
+    out = {c.version: ts for c in commits if (ts := _in_commit_timestamp(c.commit_info)) is not None}
+    undated = [c.version for c in commits if c.version not in out]
+    if not undated:
+        return out
+    mtimes = _commit_mtimes(commitlog.log, max(undated[0] - UNMONOTONIZED, 0), undated[-1])
+    wanted = set(undated)
+    previous: int | None = None
+    for version in sorted(mtimes):
+        ts = mtimes[version]
+        if previous is not None and ts <= previous:
+            ts = previous + 1  # Delta's monotonizeCommitTimestamps
+        previous = ts
+        if version in wanted:
+            out[version] = ts
+    return out
+
+
+# --------------------------------------------------------------------------- the range
+
+
+def _dated_versions(commitlog: CommitLog, latest: int) -> list[tuple[int, int]]:
+    """(version, commit time) of every version still in the log, ascending."""
+    commits = [c for v in range(latest + 1) if (c := commitlog.read_commit(v, required=False)) is not None]
+    times = commit_timestamps(commitlog, commits)
+    return sorted(times.items())
+
+
+def resolve_range(
+    commitlog: CommitLog,
+    latest: int,
+    start_version: int | None = None,
+    end_version: int | None = None,
+    *,
+    start_timestamp: Timestamp | None = None,
+    end_timestamp: Timestamp | None = None,
+) -> tuple[int, int]:
+    """(start, end) versions of a change data feed read of a table whose latest version is
+    ``latest``; ``end`` is ``start - 1`` when both timestamps fall between two commits (an
+    empty read, as Delta). Exactly one of ``start_version``/``start_timestamp``; at most one
+    of ``end_version``/``end_timestamp`` (default: latest). InvalidChangeRangeError for an
+    end before the start or a start after ``latest``; VersionNotFoundError for a timestamp
+    after the latest commit or (end) before the first."""
+    if (start_version is None) == (start_timestamp is None):
+        raise InvalidInputError(
+            "a change data feed read needs exactly one of start_version and start_timestamp"
+        )
+    if end_version is not None and end_timestamp is not None:
+        raise InvalidInputError("pass at most one of end_version and end_timestamp")
+    for name, value in (("start_version", start_version), ("end_version", end_version)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise InvalidInputError(f"{name} must be a version number (an int >= 0), not {value!r}")
+    by_time = start_timestamp is not None or end_timestamp is not None
+    dated = _dated_versions(commitlog, latest) if by_time else []
+    if start_version is not None:
+        start = start_version
+    else:
+        assert start_timestamp is not None
+        start = _version_from(commitlog, dated, start_timestamp)
+    if start > latest:
+        raise InvalidChangeRangeError(
+            start=start, end=end_version, latest=latest, reason="start after latest"
+        )
+    end = latest if end_version is None else min(end_version, latest)
+    if end_timestamp is not None:
+        end = _version_until(commitlog, dated, end_timestamp, latest)
+        if start_timestamp is not None:
+            if timestamp_ms(start_timestamp) > timestamp_ms(end_timestamp):
+                raise InvalidChangeRangeError(start=start, end=end, latest=latest, reason="end before start")
+            if end == start - 1:
+                return start, end  # both between the same two commits: nothing changed
+    elif end_version is not None and end_version < start:
+        raise InvalidChangeRangeError(start=start, end=end_version, latest=latest, reason="end before start")
+    if end < start:
+        raise InvalidChangeRangeError(start=start, end=end, latest=latest, reason="end before start")
+    return start, end
+
+
+def _version_from(commitlog: CommitLog, dated: list[tuple[int, int]], value: Timestamp) -> int:
+    """The first version committed at or after ``value``."""
+    ts = timestamp_ms(value)
+    for version, when in dated:
+        if when >= ts:
+            return version
+    latest = dated[-1][0] if dated else -1
+    raise VersionNotFoundError(
+        f"{commitlog.uri}: timestamp {value!r} is after the table's latest version ({latest}); "
+        "use a timestamp at or before its commit time",
+        requested=value,
+        earliest=dated[0][0] if dated else 0,
+        latest=latest,
+    )
+
+
+def _version_until(commitlog: CommitLog, dated: list[tuple[int, int]], value: Timestamp, latest: int) -> int:
+    """The last version committed at or before ``value`` (not after the latest commit)."""
+    ts = timestamp_ms(value)
+    found = [version for version, when in dated if when <= ts]
+    if not found or (found[-1] == latest and dated[-1][1] < ts):
+        where = "before the earliest" if not found else "after the latest"
+        raise VersionNotFoundError(
+            f"{commitlog.uri}: timestamp {value!r} is {where} version available for change data",
+            requested=value,
+            earliest=dated[0][0] if dated else 0,
+            latest=latest,
+        )
+    return found[-1]
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def _skips_file_actions(info: CommitInfo | None) -> bool:
+    """A MERGE known to have changed no row (Delta's ``shouldSkipFileActionsInCommit``)."""
+    if info is None or info.operation != "MERGE":
+        return False
+    return all(info.operation_metrics.get(m) == "0" for m in _MERGE_ROW_METRICS)
+
+
+def _removed_file(remove: RemoveFile, commitlog: CommitLog, version: int, partitioned: bool) -> AddFile:
+    """A removed data file as a file to read: its path, partition values, deletion vector."""
+    if remove.partition_values is None and partitioned:
+        raise CorruptLogError(
+            f"remove of {remove.path} has no partitionValues (no extended file metadata): its rows "
+            "cannot be read as change data (Delta's DELTA_REMOVE_FILE_CDC_MISSING_EXTENDED_METADATA)",
+            uri=commitlog.uri,
+            version=version,
+        )
+    return AddFile(
+        path=remove.path,
+        partition_values=remove.partition_values or {},
+        size=remove.size or 0,
+        modification_time=0,
+        stats=remove.stats,
+        deletion_vector=remove.deletion_vector,
+    )
+
+
+def _commit_files(commit: Commit, commitlog: CommitLog, partitioned: bool) -> list[ChangeFile]:
+    v = commit.version
+    cdc = [a for a in commit.others if isinstance(a, AddCDCFile)]
+    if cdc:
+        return [ChangeFile(v, "cdc", AddFile(a.path, a.partition_values, a.size, 0, False)) for a in cdc]
+    if _skips_file_actions(commit.commit_info):
+        return []
+    adds = {a.path: a for a in commit.adds if a.data_change}
+    removes = {r.path: r for r in commit.removes if r.data_change}
+    out = []
+    for path, remove in removes.items():
+        if path in adds:  # the same file with another deletion vector: the difference only
+            out.append(ChangeFile(v, "dv", adds[path], remove.deletion_vector))
+        else:
+            out.append(ChangeFile(v, "delete", _removed_file(remove, commitlog, v, partitioned)))
+    out.extend(ChangeFile(v, "insert", add) for path, add in adds.items() if path not in removes)
+    return out
+
+
+def plan_changes(commitlog: CommitLog, start: int, end: int, latest_metadata: Metadata) -> ChangePlan:
+    """The files and timestamps of a change data feed read of versions ``start..end`` (see the
+    module docstring); ``latest_metadata`` is the schema of an empty read (``end < start``).
+    ChangeDataNotRecordedError when the feed is off at ``start`` or turned off by then."""
+    if end < start:
+        return ChangePlan(start, end, latest_metadata, (), {})
+    commits = commitlog.commits_between(start, end)
+    metadata = commits[0].metadata
+    if metadata is None:
+        metadata = load_snapshot(commitlog, start).metadata
+    files: list[ChangeFile] = []
+    for commit in commits:
+        changed = commit.metadata
+        if changed is not None:
+            metadata = changed
+        if not cdf_enabled(metadata.configuration):
+            raise ChangeDataNotRecordedError(version=commit.version, start=start, end=end)
+        files.extend(_commit_files(commit, commitlog, bool(metadata.partition_columns)))
+    return ChangePlan(start, end, metadata, tuple(files), commit_timestamps(commitlog, commits))
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def output_schema(plan: ChangePlan) -> pa.Schema:
+    """The columns a read of ``plan`` returns: the table's (logical names) and the change columns."""
+    return pa.schema([*cm.strip(plan.schema), *change_columns()])
+
+
+def read_changes(
+    fs: fsspec.AbstractFileSystem,
+    root: str,
+    plan: ChangePlan,
+    *,
+    columns: Sequence[str] | None = None,
+    filter: str | None = None,
+) -> pa.Table:
+    """The changed rows of ``plan`` where the SQL predicate ``filter`` (on table and change
+    columns) holds, with ``columns`` (default all: the table's, then ``_change_type``,
+    ``_commit_version``, ``_commit_timestamp``)."""
+    out_schema = output_schema(plan)
+    if columns is not None:
+        columns = check_string_list(columns, "column")
+        for col in columns:
+            if col not in out_schema.names:
+                raise UnknownColumnError(col, list(out_schema.names), "columns")
+    pred = ex.parse_predicate(filter, out_schema, context="filter") if filter is not None else None
+    schema = plan.schema
+    wanted = set(out_schema.names if columns is None else columns)
+    if pred is not None:
+        wanted |= {c.name.split(".")[0] for c in ex.referenced_columns(pred)}
+    table_columns = [c for c in schema.names if c in wanted]
+    rows = read_change_rows(fs, root, plan.files, schema, plan.partition_columns, columns=table_columns)
+    rows = cm.to_logical(rows, cm.strip(rows.schema)) if cm.is_mapped(schema) else rows
+    rows = rows.append_column(change_columns()[2], _timestamps(plan, rows.column(COMMIT_VERSION)))
+    if pred is not None:
+        rows = rows.filter(ex.evaluate_mask(pred, rows))
+    return rows.select(list(columns) if columns is not None else out_schema.names)
+
+
+def _timestamps(plan: ChangePlan, versions: pa.ChunkedArray) -> pa.Array:
+    """Each row's commit time, from its commit version."""
+    by_offset = np.zeros(max(plan.end - plan.start + 1, 0), dtype=np.int64)
+    for version, ms in plan.timestamps.items():
+        by_offset[version - plan.start] = ms * 1000
+    offsets = versions.to_numpy() - plan.start
+    return pa.array(by_offset[offsets], pa.timestamp("us", tz="UTC"))
