@@ -7,6 +7,7 @@ t.update("x > 5", set={"x": "x + 1"})
 t.alias("t").merge(updates.alias("s"), "t.id = s.id") \\
     .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
 t.optimize().where("date = '2024-01-01'").executeZOrderBy("x")
+t.reorgPurge("date = '2024-01-01'")                  # REORG TABLE ... APPLY (PURGE)
 t.vacuum()                                            # 168 hours by default
 t.restoreToVersion(3)
 t.history().show()
@@ -182,6 +183,13 @@ class EventlogTable:
 
     def optimize(self) -> OptimizeBuilder:
         return OptimizeBuilder(self._spark, self._table)
+
+    def reorgPurge(self, condition: str | None = None) -> CommitResult:
+        """``REORG TABLE ... [WHERE condition] APPLY (PURGE)``: rewrite the files with deletion
+        vectors (in the partitions ``condition`` selects) so deleted rows are physically gone;
+        recorded as ``REORG`` (:meth:`eventlog.Table.reorg_purge`; the rewrite runs on the
+        driver, as RESTORE does)."""
+        return self._table.reorg_purge(condition)
 
     def restoreToVersion(self, version: int) -> CommitResult:
         """Make ``version``'s files live again, as a new version (RESTORE)."""
