@@ -373,16 +373,13 @@ class InvalidChangeRangeError(InvalidInputError):
     ``"start after latest"``)."""
 
     def __init__(self, *, start: int, end: int | None, latest: int, reason: str) -> None:
-        if reason == "end before start":
-            message = (
-                f"[DELTA_INVALID_CDC_RANGE] CDC range from start {start} to end {end} was invalid. "
-                "End cannot be before start."
-            )
-        else:
-            message = (
-                f"[DELTA_CDC_START_VERSION_AFTER_LATEST] Start version {start} for change data feed "
-                f"exceeds the latest table version {latest}."
-            )
+        message = (
+            f"[DELTA_INVALID_CDC_RANGE] CDC range from start {start} to end {end} was invalid. "
+            "End cannot be before start."
+            if reason == "end before start"
+            else f"[DELTA_CDC_START_VERSION_AFTER_LATEST] Start version {start} for change data feed "
+            f"exceeds the latest table version {latest}."
+        )
         EventlogError.__init__(self, message, start=start, end=end, latest=latest, reason=reason)
 
 
