@@ -8,6 +8,11 @@ ever published an update computed from a stale balance (a lost update), money wo
 created or destroyed: the total balance changes, and the balances differ from replaying
 the acknowledged transfers in version order. Conflicting transfers are retried with a
 fresh transaction.
+
+A partitioned bank (``partitioned=True``) keeps accounts in two branches (the partition
+column), one data file each; a transfer's ON names the branches of its two accounts, so
+transfers within one branch change different rows of one file (row-level concurrency on
+deletion-vector tables) and transfers across branches touch two partitions.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from eventlog.log.commitlog import SlotsSpec
 from eventlog.log.storage import LogStore
 
 SCHEMA = pa.schema([("id", pa.int64()), ("balance", pa.int64())])
+PARTITIONED = pa.schema([("id", pa.int64()), ("branch", pa.string()), ("balance", pa.int64())])
 SOURCE = pa.schema([("id", pa.int64()), ("delta", pa.int64())])
 ACCOUNTS = 8
 OPENING = 1000
@@ -39,17 +45,38 @@ class TransferResult:
     errors: list[str] = field(default_factory=list)
 
 
-def create_bank(uri: str, properties: dict[str, str], slots: SlotsSpec = None) -> Table:
-    """Accounts 0..ACCOUNTS-1 with OPENING each, in two data files."""
-    t = Table.create(uri, SCHEMA, properties=properties, slots=slots)
+def create_bank(
+    uri: str, properties: dict[str, str], slots: SlotsSpec = None, *, partitioned: bool = False
+) -> Table:
+    """Accounts 0..ACCOUNTS-1 with OPENING each, in two data files (two branches when
+    ``partitioned``)."""
+    schema = PARTITIONED if partitioned else SCHEMA
+    t = Table.create(
+        uri, schema, properties=properties, slots=slots, partition_by=["branch"] if partitioned else None
+    )
     half = ACCOUNTS // 2
     for ids in (range(half), range(half, ACCOUNTS)):
-        t.append(pa.table({"id": list(ids), "balance": [OPENING] * len(ids)}, schema=SCHEMA))
+        columns: dict[str, list[Any]] = {"id": list(ids), "balance": [OPENING] * len(ids)}
+        if partitioned:
+            columns["branch"] = [branch(i) for i in ids]
+        t.append(pa.table(columns, schema=schema))
     return t
 
 
+def branch(account: int) -> str:
+    """The branch (partition) of an account in a partitioned bank."""
+    return f"b{account // (ACCOUNTS // 2)}"
+
+
 def transfer_worker(
-    uri: str, worker: int, transfers: int, seed: int, out: Any, slots: SlotsSpec, start: Any
+    uri: str,
+    worker: int,
+    transfers: int,
+    seed: int,
+    out: Any,
+    slots: SlotsSpec,
+    start: Any,
+    partitioned: bool = False,
 ) -> None:
     rng = random.Random(seed)
     table = Table.open(uri, slots=slots)
@@ -62,6 +89,8 @@ def transfer_worker(
         for _attempt in range(MAX_ATTEMPTS):
             txn = table.transaction()
             on = f"t.id = s.id AND t.id IN ({a}, {b})"
+            if partitioned:  # name the partitions, as Delta's docs advise
+                on += f" AND t.branch IN ('{branch(a)}', '{branch(b)}')"
             txn.merge(source, on, source_alias="s", target_alias="t").when_matched_update(
                 set={"balance": "t.balance + s.delta"}
             ).execute()
@@ -81,14 +110,22 @@ def transfer_worker(
 
 
 def run_transfers(
-    uri: str, workers: int, transfers: int, *, slots: str | None = None, timeout: float = 240.0
+    uri: str,
+    workers: int,
+    transfers: int,
+    *,
+    slots: str | None = None,
+    timeout: float = 240.0,
+    partitioned: bool = False,
 ) -> list[TransferResult]:
     """Run ``workers`` spawned processes, started together; return their results."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     start = ctx.Event()
     procs = [
-        ctx.Process(target=transfer_worker, args=(uri, w, transfers, 7000 + w, queue, slots, start))
+        ctx.Process(
+            target=transfer_worker, args=(uri, w, transfers, 7000 + w, queue, slots, start, partitioned)
+        )
         for w in range(workers)
     ]
     for p in procs:
@@ -127,4 +164,6 @@ def check_bank(uri: str, results: list[TransferResult], *, slots: SlotsSpec = No
         replay[ack["from"]] -= ack["amount"]
         replay[ack["to"]] += ack["amount"]
     assert balances == replay
+    report = table.verify()
+    assert report.ok, report
     return balances
