@@ -5,6 +5,7 @@
     eventlog describe TABLE
     eventlog diff TABLE A [B] [--rows]
     eventlog replay TABLE [--to N]
+    eventlog changes TABLE --start-version N|--start-timestamp T [--end-version M] [--format F]
     eventlog verify TABLE [--key-env VAR] [--accept-lost N]... [--require-anchors] [--allow-unguarded]
     eventlog vacuum TABLE [--dry-run] [--retention-hours H]
     eventlog optimize TABLE [--where SQL] [--zorder-by COLS]
@@ -56,6 +57,10 @@ decimals as strings, binary as base64 and non-finite floats as "NaN"/"Infinity".
   streaming, files_added, files_removed`` (paths), ``rows_added, rows_removed`` (null when
   a file has no statistics), ``rows_deleted_by_dv, data_change, metadata_changed,
   protocol_changed``.
+* ``changes``: ``{"table", "columns", "rows", "num_rows", "matched_rows", "truncated"}``:
+  the change data feed (``Table.changes``), each row with ``_change_type``,
+  ``_commit_version`` and ``_commit_timestamp``; ``--where SQL``, ``--columns A,B``,
+  ``--limit N`` (default 0: all); ``--format csv`` prints CSV with a header instead.
 * ``verify``: ``{"table", "ok", "first_bad_version", "problem" (edited, removed,
   inserted, reordered, truncated, lost, unanchored, unguarded, non-monotonic; or null),
   "detail" (what was found, or null), "checked_from", "chained_from", "versions_checked", "anchors_checked",
@@ -89,7 +94,7 @@ from collections.abc import Sequence
 
 import typer
 
-from eventlog.cli import audits, maintenance, reads
+from eventlog.cli import audits, changes, maintenance, reads
 from eventlog.cli.options import Settings, root_callback, with_global_options
 from eventlog.errors import (
     EventlogError,
@@ -136,6 +141,7 @@ for _name, _function in (
     ("describe", reads.describe),
     ("diff", reads.diff),
     ("replay", audits.replay),
+    ("changes", changes.changes),
     ("verify", audits.verify),
     ("vacuum", maintenance.vacuum),
     ("optimize", maintenance.optimize),
