@@ -44,6 +44,10 @@ Options (case-insensitive):
 ``userMetadata``              write: stored in the commit's ``commitInfo``
 ``groupCommit``               append: ``true`` lets the commit share its version with
                               concurrent blind appends (:mod:`eventlog.txn.groupcommit`)
+``readChangeFeed``            read, readStream: ``true`` reads the change data feed, with
+                              ``startingVersion``/``startingTimestamp`` and (batch)
+                              ``endingVersion``/``endingTimestamp``
+                              (:mod:`spark_adapter.change_feed`)
 ============================  ==========================================================
 """
 
@@ -57,6 +61,14 @@ from pyspark.sql.types import StructType
 from eventlog.errors import InvalidInputError
 from eventlog.snapshot import Snapshot
 from eventlog.table import Table
+from spark_adapter.change_feed import (
+    ChangeFeedStreamReader,
+    batch_reader,
+    change_feed_schema,
+    is_change_feed_read,
+    pin_schema,
+    stream_reader,
+)
 from spark_adapter.errors import typed_task_errors
 from spark_adapter.reader import DEFAULT_MAX_PARTITION_BYTES, EventlogReader, PruningReader, ScanSource
 from spark_adapter.stream_reader import EventlogStreamReader
@@ -85,11 +97,16 @@ class EventlogDataSource(DataSource):  # type: ignore[misc]
         # Runs when Spark resolves the read (not when a user schema is given). The version
         # found here is pinned: the DataSource is pickled and reused by reader(), so the
         # schema and the rows always come from the same snapshot.
+        if is_change_feed_read(self.options):  # readChangeFeed: see spark_adapter.change_feed
+            self._pinned_version, metadata = pin_schema(self.options)
+            return change_feed_schema(metadata)
         snap = self._snapshot()
         self._pinned_version = snap.version
         return arrow_to_spark_schema(snap.schema)
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        if is_change_feed_read(self.options):
+            return batch_reader(self.options, schema, getattr(self, "_pinned_version", None))
         snap = self._snapshot(getattr(self, "_pinned_version", None))
         source = ScanSource(
             location=table_location(self.options),
@@ -108,9 +125,12 @@ class EventlogDataSource(DataSource):  # type: ignore[misc]
         with typed_task_errors():  # a planning error reaches the caller recoverable (recover_error)
             return EventlogWriter(plan_write(self.options, schema, overwrite))
 
-    def streamReader(self, schema: StructType) -> EventlogStreamReader:
-        """``spark.readStream.format("eventlog")``: see :mod:`spark_adapter.stream_reader`.
-        The stream reads with the metadata of the version ``schema()`` pinned."""
+    def streamReader(self, schema: StructType) -> EventlogStreamReader | ChangeFeedStreamReader:
+        """``spark.readStream.format("eventlog")``: see :mod:`spark_adapter.stream_reader`
+        (:mod:`spark_adapter.change_feed` with ``readChangeFeed``). The stream reads with
+        the metadata of the version ``schema()`` pinned."""
+        if is_change_feed_read(self.options):
+            return stream_reader(self.options, schema, getattr(self, "_pinned_version", None))
         return EventlogStreamReader(self.options, schema, read_version=getattr(self, "_pinned_version", None))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> EventlogStreamWriter:

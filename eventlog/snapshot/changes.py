@@ -65,6 +65,7 @@ __all__ = [
     "ChangePlan",
     "cdf_enabled",
     "commit_timestamps",
+    "output_schema",
     "plan_changes",
     "read_changes",
     "resolve_range",

@@ -1,0 +1,163 @@
+"""``option("readChangeFeed", "true")`` on ``spark.read`` and ``spark.readStream`` with
+``format("eventlog")``: the rows of ``Table.changes``, with Delta's options."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.errors import PySparkException
+
+from eventlog import Table
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+
+WAIT = 120
+CDF = {"delta.enableChangeDataFeed": "true"}
+
+
+def _table(uri: str) -> Table:
+    """Versions: 0 create (partitioned by p), 1 append ids 1-4, 2 delete id 2, 3 update id 3,
+    4 append id 5."""
+    data = pa.table({"id": pa.array([1, 2, 3, 4], pa.int64()), "p": ["a", "a", "b", "b"]})
+    table = Table.create(uri, data.schema, partition_by=["p"], properties=CDF)
+    table.append(data)
+    table.delete("id = 2")
+    table.update("id = 3", {"id": "30"})
+    table.append(pa.table({"id": pa.array([5], pa.int64()), "p": ["a"]}))
+    return table
+
+
+def _sorted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(rows, key=repr)
+
+
+def _spark_rows(df: Any) -> list[dict[str, Any]]:
+    return _sorted(df.toArrow().to_pylist())
+
+
+def test_batch_read_equals_table_changes(spark: Any, tmp_path: Path) -> None:
+    table = _table(str(tmp_path / "t"))
+    df = (
+        spark.read.format("eventlog")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 1)
+        .load(table.uri)
+    )
+    assert df.columns == ["id", "p", "_change_type", "_commit_version", "_commit_timestamp"]
+    ours = table.changes(1)
+    assert _spark_rows(df) == _sorted(ours.to_pylist())
+    assert {r["_change_type"] for r in ours.to_pylist()} == {
+        "insert",
+        "delete",
+        "update_preimage",
+        "update_postimage",
+    }
+    ranged = (
+        spark.read.format("eventlog")
+        .options(readChangeFeed="true", startingVersion="2", endingVersion="3")
+        .load(table.uri)
+        .where("_change_type != 'update_preimage'")
+        .select("id", "_change_type", "_commit_version")
+    )
+    assert _sorted([r.asDict() for r in ranged.collect()]) == _sorted(
+        table.changes(
+            2,
+            3,
+            filter="_change_type != 'update_preimage'",
+            columns=["id", "_change_type", "_commit_version"],
+        ).to_pylist()
+    )
+
+
+def test_batch_read_by_timestamp(spark: Any, tmp_path: Path) -> None:
+    table = _table(str(tmp_path / "t"))
+    times = table.changes(0).column("_commit_timestamp").to_pylist()
+    start = times[0].isoformat()
+    df = spark.read.format("eventlog").options(readChangeFeed="true", startingTimestamp=start).load(table.uri)
+    assert _spark_rows(df) == _sorted(table.changes(start_timestamp=times[0]).to_pylist())
+
+
+def test_batch_read_errors(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    Table.create(uri, data=pa.table({"id": pa.array([1], pa.int64())})).close()
+    reader = spark.read.format("eventlog").option("readChangeFeed", "true")
+    with pytest.raises(PySparkException) as err:
+        reader.option("startingVersion", 0).load(uri).collect()
+    assert "ChangeDataNotRecordedError" in str(err.value)
+    with pytest.raises(PySparkException) as err:
+        reader.option("startingVersion", 7).load(uri).collect()
+    assert "InvalidChangeRangeError" in str(err.value)
+
+
+# --------------------------------------------------------------------------- streaming
+
+
+class Stream:
+    """An eventlog change data feed → Parquet files, with its checkpoint."""
+
+    def __init__(self, spark: Any, root: Path, uri: str) -> None:
+        self.spark, self.uri = spark, uri
+        self.checkpoint, self.out = str(root / "checkpoint"), str(root / "out")
+
+    def run(self, **options: str) -> None:
+        df = (
+            self.spark.readStream.format("eventlog")
+            .option("readChangeFeed", "true")
+            .options(**options)
+            .load(self.uri)
+        )
+        query = (
+            df.writeStream.format("parquet")
+            .option("checkpointLocation", self.checkpoint)
+            .trigger(availableNow=True)
+            .start(self.out)
+        )
+        try:
+            assert query.awaitTermination(WAIT), "the query did not finish in time"
+        finally:
+            query.stop()
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The committed output rows (read from the files the sink's log lists)."""
+        paths = []
+        for entry in sorted((Path(self.out) / "_spark_metadata").iterdir()):
+            if entry.name.split(".")[0].isdigit() and not entry.name.endswith(".crc"):
+                for line in entry.read_text().splitlines()[1:]:
+                    action = json.loads(line)
+                    if action["action"] == "add":
+                        paths.append(action["path"].removeprefix("file://"))
+        tables = [pq.read_table(p) for p in paths]
+        return _sorted(pa.concat_tables(tables).to_pylist()) if tables else []
+
+
+def _normal(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows with timestamps compared as UTC instants (the Parquet sink drops the zone)."""
+    out = []
+    for r in rows:
+        ts = r["_commit_timestamp"]
+        out.append({**r, "_commit_timestamp": ts.replace(tzinfo=None) if ts.tzinfo else ts})
+    return _sorted(out)
+
+
+def test_stream_from_a_starting_version_then_new_commits(spark: Any, tmp_path: Path) -> None:
+    table = _table(str(tmp_path / "t"))
+    stream = Stream(spark, tmp_path, table.uri)
+    stream.run(startingVersion="2")
+    assert _normal(stream.rows()) == _normal(table.changes(2).to_pylist())
+    table.delete("id = 5")  # version 5: the restarted query reads only it
+    stream.run(startingVersion="2")
+    assert _normal(stream.rows()) == _normal(table.changes(2).to_pylist())
+
+
+def test_stream_without_a_start_begins_with_the_latest_rows_as_inserts(spark: Any, tmp_path: Path) -> None:
+    table = _table(str(tmp_path / "t"))
+    stream = Stream(spark, tmp_path, table.uri)
+    stream.run()
+    rows = stream.rows()
+    assert sorted(r["id"] for r in rows) == sorted(table.to_arrow().column("id").to_pylist())
+    assert {(r["_change_type"], r["_commit_version"]) for r in rows} == {("insert", 4)}
