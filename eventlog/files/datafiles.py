@@ -89,6 +89,7 @@ def write_data_files(
     target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
     max_rows_per_file: int | None = None,
     name_prefix: str | None = None,
+    stem: str = "part",
 ) -> list[AddFile]:
     """Write ``data`` (already conformed, partition columns included) as Parquet files.
 
@@ -97,7 +98,8 @@ def write_data_files(
     Returns one :class:`AddFile` per file. On failure the files written so far are deleted.
     ``name_prefix`` (letters, digits, ``-``, ``_``, ``.``) names the files
     ``part-<prefix>-<5 digits>-<uuid>...`` so that a writer (a streaming batch) can
-    recognise its own files later.
+    recognise its own files later. ``stem`` replaces ``part`` (change data files are
+    ``cdc-...``).
     """
     pcols = list(partition_columns)
     for c in pcols:
@@ -143,6 +145,7 @@ def write_data_files(
         rows_per_group = min(rows_per_group, max_rows_per_file)
     writer = _Writer(fs, root.rstrip("/"), file_data, data_change, target_file_size, max_rows_per_file)
     writer.name_prefix = f"{name_prefix}-" if name_prefix else ""
+    writer.stem = stem
     writer.random_dirs = random_dirs
     try:
         if not pcols:
@@ -238,6 +241,7 @@ class _Writer:
         self.made_dirs: set[str] = set()
         self.dictionary: list[str] | bool | None = None  # decided on the first file
         self.name_prefix = ""  # "<prefix>-" of every file name, or ""
+        self.stem = "part"  # the first word of every file name
         self.random_dirs = False  # each file in a random-prefix directory instead of ``pdir``
 
     def _open_sink(self, path: str) -> Any:
@@ -260,7 +264,7 @@ class _Writer:
                 if not _flat_namespace(self.fs):  # an object store has no directories to make
                     self.fs.makedirs(directory, exist_ok=True)
                 self.made_dirs.add(directory)
-            name = f"part-{self.name_prefix}{len(self.started):05d}-{uuid.uuid4()}.c000.snappy.parquet"
+            name = f"{self.stem}-{self.name_prefix}{len(self.started):05d}-{uuid.uuid4()}.c000.snappy.parquet"
             rel = f"{pdir}/{name}" if pdir else name
             self.started.append(quote(rel, safe="/="))
             stats = StatsAccumulator(self.schema)

@@ -14,6 +14,7 @@ from eventlog.errors import (
     InvalidTablePropertyError,
 )
 from eventlog.files import column_mapping as cm
+from eventlog.files.change_data import CDF_PROPERTY
 from eventlog.files.schema import canonical_schema, to_spark_schema_json
 from eventlog.files.type_widening import TYPE_WIDENING_PROPERTY
 from eventlog.log import in_commit_timestamps as ict
@@ -27,7 +28,7 @@ from eventlog.userinput import check_string_map, parse_interval_ms
 
 APPEND_ONLY_KEY = "delta.appendOnly"
 TARGET_FILE_SIZE_KEY = "delta.targetFileSize"
-_BOOL_PROPERTIES = (APPEND_ONLY_KEY, DV_PROPERTY, TYPE_WIDENING_PROPERTY, ict.ENABLE_KEY)
+_BOOL_PROPERTIES = (APPEND_ONLY_KEY, DV_PROPERTY, TYPE_WIDENING_PROPERTY, ict.ENABLE_KEY, CDF_PROPERTY)
 _INT_PROPERTIES = ("delta.checkpointInterval", TARGET_FILE_SIZE_KEY, "delta.dataSkippingNumIndexedCols")
 DELETED_FILE_RETENTION_KEY = "delta.deletedFileRetentionDuration"
 DEFAULT_DELETED_FILE_RETENTION = "interval 1 week"
@@ -36,7 +37,7 @@ _INTERVAL_PROPERTIES = ("delta.logRetentionDuration", DELETED_FILE_RETENTION_KEY
 
 # Features whose write rules are not implemented (yet): enabling them is refused rather
 # than silently producing tables other Delta writers would consider broken.
-_UNSUPPORTED_TRUE = ("delta.enableChangeDataFeed", "delta.enableRowTracking")
+_UNSUPPORTED_TRUE = ("delta.enableRowTracking",)
 # Interpreted by the streaming sink's auto-compaction (streaming.compaction).
 AUTO_COMPACT_KEY = "delta.autoOptimize.autoCompact"
 

@@ -16,6 +16,7 @@ from eventlog.errors import (
     UnknownColumnError,
 )
 from eventlog.expr.evaluate import ARROW_ERRORS
+from eventlog.files.change_data import UPDATE_POSTIMAGE, UPDATE_PREIMAGE
 from eventlog.files.constraints import WriteRules
 from eventlog.files.identity import check_not_assigned
 from eventlog.log.actions import AddFile
@@ -96,22 +97,29 @@ def update(plan: PlanBuilder, predicate: str | None, assignments: Mapping[str, s
     exprs = parse_assignments(plan, assignments)
     files = plan.scan(pred)
     use_dv = plan.deletion_vectors_enabled
+    cdf = plan.change_data_enabled
     touched: list[AddFile] = []
     rewritten: list[pa.Table] = []
+    hits: list[pa.Array] = []  # per rewritten part, which rows are updated (change data)
     updated = copied = 0
     for scan, matched in matching_files(plan, files, pred):
-        hits = matched.size
+        hits_here = matched.size
         touched.append(scan.add)
-        updated += hits
+        updated += hits_here
         if use_dv:
             # The old images become DV-deleted rows; the new images go to a new file: only
             # the matched rows are read in full.
             plan.delete_rows(scan.add, matched, scan.deleted, scan.num_rows)
-            rewritten.append(apply_assignments(scan.rows_at(matched), None, exprs, plan.schema))
+            old = scan.rows_at(matched)
+            rewritten.append(apply_assignments(old, None, exprs, plan.schema))
+            hit: pa.Array = pa.repeat(pa.scalar(True), old.num_rows)
         else:
-            rows, hit = scan.live_rows_marked(matched)
-            copied += rows.num_rows - hits
-            rewritten.append(apply_assignments(rows, hit, exprs, plan.schema))
+            old, hit = scan.live_rows_marked(matched)
+            copied += old.num_rows - hits_here
+            rewritten.append(apply_assignments(old, hit, exprs, plan.schema))
+        if cdf:
+            plan.record_changes(UPDATE_PREIMAGE, old.filter(hit))
+            hits.append(hit)
     if rewritten:
         rules = WriteRules.of(plan.schema, plan.metadata.configuration)
         # generated columns not assigned are computed again from the new values (Delta)
@@ -119,6 +127,8 @@ def update(plan: PlanBuilder, predicate: str | None, assignments: Mapping[str, s
         new_rows = rules.prepare(
             pa.concat_tables(rewritten).drop_columns(stale), plan.schema, context="update"
         )
+        if cdf:
+            plan.record_changes(UPDATE_POSTIMAGE, new_rows.filter(pa.chunked_array(hits, pa.bool_())))
         with rules.start_checks(new_rows, plan.schema):  # checked while the files are written
             if use_dv:
                 plan.flush_deletes()

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from eventlog import expr as ex
 from eventlog.errors import InvalidInputError
 from eventlog.expr.evaluate import ARROW_ERRORS
+from eventlog.files.change_data import DELETE, INSERT, UPDATE_POSTIMAGE, UPDATE_PREIMAGE
 from eventlog.files.constraints import WriteRules
 from eventlog.files.identity import check_not_assigned, identity_columns
 from eventlog.files.scan import FileScan, top_level_columns
@@ -152,6 +153,8 @@ class _MergeClauses:
         )
         touched_ids |= set(deletes.keys())
         touched = [files[i] for i in sorted(touched_ids)]
+        if plan.change_data_enabled:
+            self._record_old_images(updates, deletes)
         if plan.deletion_vectors_enabled:
             # Old images of updated rows and deleted rows become DV deletes; only the new
             # images are written.
@@ -169,6 +172,10 @@ class _MergeClauses:
             parts = [part.drop_columns(stale) for part in out_parts]
             rows = pa.concat_tables(parts, promote_options="default")  # nullability may differ
             rows = rules.prepare(rows, schema, context="merge")
+            if plan.change_data_enabled:  # the new images end the rewritten rows, then inserts
+                n_new = rewritten.num_rows if rewritten is not None else 0
+                plan.record_changes(UPDATE_POSTIMAGE, rows.slice(n_new - updates.num_rows, updates.num_rows))
+                plan.record_changes(INSERT, rows.slice(n_new))
             with rules.start_checks(rows, schema):  # checked while the files are written
                 write_rows(plan, rows)
         return merge_metrics(
@@ -178,6 +185,18 @@ class _MergeClauses:
             inserted=inserted.num_rows if inserted is not None else 0,
             source_rows=self.source.num_rows,
         )
+
+    def _record_old_images(self, updates: pa.Table, deletes: dict[int, set[int]]) -> None:
+        """The change data of the target rows the MERGE updates (their old images) and deletes."""
+        t = self.target_alias
+        if updates.num_rows:
+            old = self._full_rows(updates[f"{t}.{_FILE}"], updates[f"{t}.{_ROW}"])
+            self._out.record_changes(UPDATE_PREIMAGE, old)
+        if deletes:
+            ids = [(fid, rid) for fid, rids in sorted(deletes.items()) for rid in sorted(rids)]
+            fids = pa.chunked_array([pa.array([f for f, _ in ids], pa.int64())])
+            rids = pa.chunked_array([pa.array([r for _, r in ids], pa.int64())])
+            self._out.record_changes(DELETE, self._full_rows(fids, rids))
 
     def _needed_columns(self) -> list[str]:
         """The target columns the join, the ON condition and the clauses read (schema order)."""

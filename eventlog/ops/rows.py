@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eventlog import expr as ex
+from eventlog.files.change_data import DELETE
 from eventlog.files.scan import FileScan, read_live_rows
 from eventlog.log.actions import AddFile
 from eventlog.ops.common import write_rows
@@ -56,6 +57,7 @@ def removes_whole_files(plan: PlanBuilder, pred: ex.Expr | None) -> bool:
 def remove_whole_files(plan: PlanBuilder, files: Sequence[AddFile]) -> tuple[int, int, int]:
     """Stage removes of ``files``; (files removed, live rows deleted, rows copied = 0)."""
     plan.remove_files(files)
+    plan.record_removed_files(files)
     return len(files), sum(live_row_count(f) for f in files), 0
 
 
@@ -75,9 +77,13 @@ def remove_rows(plan: PlanBuilder, files: Sequence[AddFile], pred: ex.Expr | Non
         touched.append(scan.add)
         if use_dv:  # nothing more to read: the positions are the deletion vector
             plan.delete_rows(scan.add, matched, scan.deleted, scan.num_rows)
+            if plan.change_data_enabled:  # ... but the change data holds the rows
+                plan.record_changes(DELETE, scan.rows_at(matched))
             continue
         rows, hit = scan.live_rows_marked(matched)
         survivors.append(rows.filter(pc.invert(hit)))
+        if plan.change_data_enabled:
+            plan.record_changes(DELETE, rows.filter(hit))
     if use_dv:
         plan.flush_deletes()
         return len(touched), deleted, 0

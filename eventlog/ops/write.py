@@ -15,6 +15,7 @@ from eventlog import expr as ex
 from eventlog.errors import (
     InvalidInputError,
 )
+from eventlog.files.change_data import INSERT
 from eventlog.files.constraints import PendingChecks, WriteRules
 from eventlog.files.enforce import merge_schema
 from eventlog.files.schema import canonical_schema
@@ -85,6 +86,7 @@ def overwrite(
                 )
         files = plan.scan(pred)
         removed, deleted_rows, copied = remove_rows(plan, files, pred)
+        plan.record_changes(INSERT, table)
         adds = write_rows(plan, table)
     plan.add_metrics(
         numFiles=len(adds), numOutputRows=table.num_rows, numRemovedFiles=removed,
@@ -139,6 +141,7 @@ def overwrite_files(
     files = plan.scan(pred)
     removed, deleted_rows, copied = remove_rows(plan, files, pred)
     plan.add_files(adds)
+    plan.record_added_files(adds)
     rows = num_rows if num_rows is not None else sum(a.num_records or 0 for a in adds)
     plan.add_metrics(
         numFiles=len(adds), numOutputRows=rows, numRemovedFiles=removed, numDeletedRows=deleted_rows,

@@ -31,7 +31,7 @@ from eventlog.files.datafiles import delete_files
 from eventlog.files.deletion_vectors import dv_file_path
 from eventlog.files.scan import file_deletes
 from eventlog.log import in_commit_timestamps as ict
-from eventlog.log.actions import Action, AddFile, CommitInfo, Metadata, RemoveFile
+from eventlog.log.actions import Action, AddCDCFile, AddFile, CommitInfo, Metadata, RemoveFile
 from eventlog.log.audit import chain_commit
 from eventlog.log.commit import Commit
 from eventlog.log.storage import LogStore
@@ -278,6 +278,7 @@ class CommitAttempt:
             for a in final
             if a.deletion_vector is not None and a.deletion_vector.storage_type == "u"
         }
+        used |= {a.path for a in self.body if isinstance(a, AddCDCFile)}  # change data
         unused = [p for p in self.created if p not in used]
         self.created = ()
         if unused:

@@ -27,12 +27,15 @@ from pyroaring import BitMap64, FrozenBitMap64
 
 from eventlog import expr as ex
 from eventlog.errors import InvalidInputError, InvalidTextError, TransactionStateError
+from eventlog.files.change_data import ChangeRecorder, cdf_enabled
 from eventlog.files.column_mapping import with_mode
 from eventlog.files.datafiles import delete_files
 from eventlog.files.deletion_vectors import dv_file_path, write_deletion_vectors
 from eventlog.files.pruning import prune_table
+from eventlog.files.scan import read_live_rows
 from eventlog.files.schema import from_spark_schema_json
 from eventlog.log.actions import (
+    AddCDCFile,
     AddFile,
     DeletionVectorDescriptor,
     DomainMetadata,
@@ -76,7 +79,8 @@ class Plan:
     # writes
     adds: tuple[AddFile, ...] = ()
     removes: tuple[RemoveFile, ...] = ()
-    created: tuple[str, ...] = ()  # data and DV files written (table-relative)
+    cdc: tuple[AddCDCFile, ...] = ()  # change data files (eventlog.files.change_data)
+    created: tuple[str, ...] = ()  # data, DV and change data files written (table-relative)
     metadata: Metadata | None = None
     protocol: Protocol | None = None
     txns: Mapping[str, SetTransaction] = dataclasses.field(default_factory=dict)
@@ -116,6 +120,8 @@ class PlanBuilder:
         self._app_ids: set[str] = set()
         self._adds: list[AddFile] = []
         self._removes: list[RemoveFile] = []
+        self._cdc: list[AddCDCFile] = []
+        self._changes = ChangeRecorder()
         self._created: list[str] = []  # data files written (relative paths)
         self._metadata = metadata
         self._protocol = protocol
@@ -284,6 +290,41 @@ class PlanBuilder:
                 self._adds.append(add.with_deletion_vector(dv, modification_time=now))
             self._dv_updates[add.path] = DvUpdate(add.path, num_rows, add.key[1], base, deleted)
 
+    @property
+    def change_data_enabled(self) -> bool:
+        """Whether the table records its changes (``delta.enableChangeDataFeed``): operations
+        then report the rows they change (:meth:`record_changes`)."""
+        return cdf_enabled(self.metadata.configuration)
+
+    def record_changes(self, kind: str, rows: pa.Table) -> None:
+        """Rows (the table's columns) this operation changed as ``kind`` (insert, delete,
+        update_preimage, update_postimage); kept only when the table records changes."""
+        if self.change_data_enabled:
+            self._changes.rows(kind, rows)
+
+    def record_removed_files(self, files: Sequence[AddFile]) -> None:
+        """Whole files removed unread, for the change data (read only if it needs them)."""
+        if self.change_data_enabled:
+            self._changes.files_removed(files)
+
+    def record_added_files(self, files: Sequence[AddFile]) -> None:
+        """New files written elsewhere (Spark tasks), for the change data (read if needed)."""
+        if self.change_data_enabled:
+            self._changes.files_added(files)
+
+    def _write_changes(self) -> None:
+        """The change data files of the commit, if its changes need them."""
+        if not self._changes.needs_files:
+            return
+        fs, root, parts = self.table.log.fs, self.table.log.root, self.metadata.partition_columns
+        schema = self.schema
+        cdc = self._changes.write(
+            fs, root, schema, parts, lambda files: read_live_rows(fs, root, files, schema, parts)
+        )
+        self._changes = ChangeRecorder()
+        self._cdc.extend(cdc)
+        self._created.extend(c.path for c in cdc)
+
     def record_compaction(self, sources: Sequence[CompactionSource]) -> None:
         """Declare where compacted files' rows went (lets row-level resolution remap them)."""
         self._compaction.extend(sources)
@@ -317,6 +358,7 @@ class PlanBuilder:
         """The plan (pending row deletes are written as deletion vectors first)."""
         if self._pending_deletes:
             self.flush_deletes()
+        self._write_changes()
         return Plan(
             operation=self._operation,
             parameters=dict(self._params),
@@ -328,6 +370,7 @@ class PlanBuilder:
             app_ids=frozenset(self._app_ids),
             adds=tuple(self._adds),
             removes=tuple(self._removes),
+            cdc=tuple(self._cdc),
             created=tuple(self._created),
             metadata=self._metadata,
             protocol=self._protocol,

@@ -165,6 +165,7 @@ class CoreTransaction(PlanBuilder):
         self._app_ids |= plan.app_ids
         self._adds.extend(plan.adds)
         self._removes.extend(plan.removes)
+        self._cdc.extend(plan.cdc)
         self._created.extend(plan.created)
         if plan.metadata is not None:
             self._metadata = plan.metadata
@@ -195,6 +196,7 @@ class CoreTransaction(PlanBuilder):
     def _prepare(self) -> tuple[list[Action], CommitInfo, IsolationLevel]:
         if self._operation is None:
             raise TransactionStateError("nothing to commit: no operation was run in this transaction")
+        self._write_changes()  # change data recorded on the transaction itself (Spark jobs)
         body: list[Action] = []
         if self._protocol is not None:
             body.append(self._protocol)
@@ -207,6 +209,7 @@ class CoreTransaction(PlanBuilder):
         body.extend(self._domains.values())
         body.extend(self._removes)
         body.extend(self._adds)
+        body.extend(self._cdc)
         _reject_duplicate_files(self._adds, self._removes)
         _reject_unencodable(body)
         table_level = IsolationLevel.of_table(self.metadata.configuration)

@@ -33,7 +33,13 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField, StructType
 
 from eventlog import expr as ex
-from eventlog.errors import EventlogError, InvalidInputError, PredicateError, UnknownColumnError
+from eventlog.errors import (
+    EventlogError,
+    InvalidInputError,
+    PredicateError,
+    UnknownColumnError,
+    UnsupportedProtocolError,
+)
 from eventlog.files import column_mapping as cm
 from eventlog.files.constraints import WriteRules
 from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE, delete_files, write_data_files
@@ -452,7 +458,19 @@ def run_planned(
     regenerate: Sequence[str] = (),
 ) -> PendingCommit:
     """Run ``plan`` (Spark jobs + staging) for ``txn``; on any failure nothing stays behind.
-    A typed error a task raised (ConstraintViolationError...) is raised as itself."""
+    A typed error a task raised (ConstraintViolationError...) is raised as itself.
+
+    DELETE, UPDATE and MERGE in Spark jobs do not write change data yet: on a table with
+    the change data feed on they are refused (UnsupportedProtocolError naming
+    ``changeDataFeed``) before anything is written; the Python API writes it."""
+    if name != "OPTIMIZE" and txn.change_data_enabled:
+        txn.abort()
+        raise UnsupportedProtocolError(
+            f"{name} in Spark jobs does not write change data yet, and {txn.table.uri} has "
+            "delta.enableChangeDataFeed = true: run it through the Python API "
+            "(eventlog.Table), which writes the table's change data",
+            features=["changeDataFeed"],
+        )
     ctx = JobContext.of(txn, regenerate)
     staged = StagedFiles(ctx)
     describe(spark, f"eventlog {name} {txn.table.uri}")

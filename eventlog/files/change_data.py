@@ -1,0 +1,130 @@
+"""Change data feed on write: the rows a commit changes, as ``cdc`` actions and
+``_change_data`` files (Delta's ``delta.enableChangeDataFeed``).
+
+Delta's readers take a commit's changes from its ``cdc`` actions when it has any, and
+ignore its adds and removes then; a commit without them is read from its adds (inserts)
+and removes (deletes of every row of the removed file). So a writer needs change files
+only for changes the adds and removes cannot tell: rows deleted from a file that lives on
+(rewritten, or with a deletion vector) and updated rows. :class:`ChangeRecorder` collects
+every row an operation changes and decides at the end, once for the commit:
+
+* only inserts and whole-file removes of files without deletion vectors: no change file
+  (appends, overwrites and partition deletes cost nothing more, as in Delta);
+* anything else: one set of change files holding every change of the commit, the
+  inserts and the rows of the removed files included, since readers use only those.
+
+The files hold the table's columns (physical names under column mapping) plus
+``_change_type`` (``insert``, ``delete``, ``update_preimage``, ``update_postimage``),
+partitioned as data files under ``_change_data/``, named ``cdc-...``; they are never live
+data, and VACUUM deletes them once they are older than the retention.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import fsspec
+import pyarrow as pa
+
+from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE, write_data_files
+from eventlog.files.enforce import conform
+from eventlog.log.actions import AddCDCFile, AddFile
+
+__all__ = [
+    "CDF_PROPERTY",
+    "CHANGE_DATA_DIR",
+    "CHANGE_TYPE_COLUMN",
+    "DELETE",
+    "INSERT",
+    "UPDATE_POSTIMAGE",
+    "UPDATE_PREIMAGE",
+    "ChangeRecorder",
+    "cdf_enabled",
+]
+
+CDF_PROPERTY = "delta.enableChangeDataFeed"
+CHANGE_DATA_DIR = "_change_data"
+CHANGE_TYPE_COLUMN = "_change_type"
+INSERT = "insert"
+DELETE = "delete"
+UPDATE_PREIMAGE = "update_preimage"
+UPDATE_POSTIMAGE = "update_postimage"
+_KINDS = (INSERT, DELETE, UPDATE_PREIMAGE, UPDATE_POSTIMAGE)
+
+
+def cdf_enabled(configuration: Mapping[str, str]) -> bool:
+    """Whether a table with these properties records its changes."""
+    return str(configuration.get(CDF_PROPERTY, "")).lower() == "true"
+
+
+class ChangeRecorder:
+    """The rows one commit changes (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._rows: list[tuple[str, pa.Table]] = []
+        self._removed: list[AddFile] = []
+        self._added: list[AddFile] = []
+        self._row_level = False
+
+    def rows(self, kind: str, rows: pa.Table) -> None:
+        """``rows`` (the table's columns, partition columns included) changed as ``kind``."""
+        if kind not in _KINDS:
+            raise ValueError(f"unknown change type {kind!r}")
+        if rows.num_rows:
+            self._rows.append((kind, rows))
+            self._row_level = self._row_level or kind != INSERT
+
+    def files_removed(self, files: Sequence[AddFile]) -> None:
+        """Whole files removed unread (their live rows are deletes, read only if needed).
+        A file with a deletion vector counts as a row-level change: readers that infer
+        deletes from removes without applying its DV (delta-rs) would report rows that
+        were deleted before."""
+        self._removed.extend(files)
+        self._row_level = self._row_level or any(f.deletion_vector is not None for f in files)
+
+    def files_added(self, files: Sequence[AddFile]) -> None:
+        """New files written elsewhere (Spark tasks): their rows are inserts, read only if
+        the commit needs change files."""
+        self._added.extend(files)
+
+    @property
+    def needs_files(self) -> bool:
+        """Whether the commit's changes need change files (some change is row-level)."""
+        return self._row_level
+
+    def write(
+        self,
+        fs: fsspec.AbstractFileSystem,
+        root: str,
+        schema: pa.Schema,
+        partition_columns: Sequence[str],
+        read_live: Callable[[Sequence[AddFile]], pa.Table],
+        *,
+        target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+    ) -> list[AddCDCFile]:
+        """Write the change files, if the commit needs them; the ``cdc`` actions. The rows
+        are conformed to ``schema`` (the table's, with its column mapping metadata)."""
+        if not self._row_level:
+            return []
+        parts = list(self._rows)
+        if self._removed:
+            parts.append((DELETE, read_live(self._removed)))
+        if self._added:
+            parts.append((INSERT, read_live(self._added)))
+        out = pa.schema([*schema, pa.field(CHANGE_TYPE_COLUMN, pa.string(), nullable=False)])
+        tables = []
+        for kind, rows in parts:
+            rows = rows.select([n for n in schema.names if n in rows.column_names])
+            rows = rows.append_column(CHANGE_TYPE_COLUMN, pa.repeat(pa.scalar(kind), rows.num_rows))
+            tables.append(conform(rows, out, context="change data"))
+        data = pa.concat_tables(tables)
+        adds = write_data_files(
+            fs,
+            f"{root.rstrip('/')}/{CHANGE_DATA_DIR}",
+            data,
+            partition_columns=partition_columns,
+            data_change=False,
+            target_file_size=target_file_size,
+            stem="cdc",
+        )
+        return [AddCDCFile(f"{CHANGE_DATA_DIR}/{a.path}", dict(a.partition_values), a.size) for a in adds]
