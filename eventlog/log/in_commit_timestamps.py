@@ -28,6 +28,8 @@ import dataclasses
 import time
 from collections.abc import Mapping
 
+import orjson
+
 from eventlog.log.actions import CommitInfo, Metadata
 
 __all__ = [
@@ -37,12 +39,14 @@ __all__ = [
     "FIELD",
     "Enablement",
     "commit_time",
+    "date_between",
     "enabled",
     "enablement",
     "in_commit_timestamp",
     "next_timestamp",
     "stamp_enablement",
     "stamp_info",
+    "timestamp_of",
     "wall_clock_ms",
     "window",
 ]
@@ -102,6 +106,34 @@ def in_commit_timestamp(info: CommitInfo | None) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         return None
     return value
+
+
+def timestamp_of(data: bytes | None) -> int | None:
+    """The ``inCommitTimestamp`` of a commit file's bytes (its commitInfo comes first), or
+    None (no file, or a commit without one)."""
+    if data is None:
+        return None
+    try:
+        first = orjson.loads(data.split(b"\n", 1)[0])
+    except orjson.JSONDecodeError:
+        return None
+    info = first.get("commitInfo") if isinstance(first, dict) else None
+    value = info.get(FIELD) if isinstance(info, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def date_between(info: CommitInfo, previous: bytes | None, following: bytes | None) -> CommitInfo:
+    """``info`` of a commit written into a gap (a REPAIR of a lost version) between the
+    commit files ``previous`` and ``following``: dated after the previous commit's in-commit
+    timestamp, and before the following one's when it can be, if the previous one has one."""
+    before = timestamp_of(previous)
+    if before is None:
+        return info
+    ts = next_timestamp(before, wall_clock_ms())
+    after = timestamp_of(following)
+    if after is not None and after - 1 > before:
+        ts = min(ts, after - 1)
+    return stamp_info(info, ts)
 
 
 def commit_time(info: CommitInfo) -> int:

@@ -45,6 +45,7 @@ from typing import Any
 import orjson
 
 from eventlog.errors import CommitLostError, CorruptLogError, InvalidInputError
+from eventlog.log import in_commit_timestamps as ict
 from eventlog.log.actions import ENGINE_INFO, CommitInfo
 from eventlog.log.audit import anchor, chain_commit, read_audit
 from eventlog.log.storage import LogStore
@@ -219,6 +220,9 @@ class SlotRecovery:
             txn_id=str(uuid.uuid4()),
             engine_info=ENGINE_INFO,
         )
+        # With in-commit timestamps on, the REPAIR is dated between its neighbours too.
+        previous = self.log.read_commit(version - 1) if version > 0 else None
+        info = ict.date_between(info, previous, self.log.read_commit(version + 1))
         return chain_commit([info], self._prev_digest(version - 1), self._audit_key())
 
     def repair(self, *, dry_run: bool, limit: int, accept_lost: frozenset[int]) -> list[dict[str, Any]]:

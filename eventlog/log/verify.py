@@ -55,7 +55,7 @@ from eventlog.log.audit import digest as sha256
 from eventlog.log.audit import read_audit, recompute
 from eventlog.log.checkpoint import read_chain_head
 from eventlog.log.commitlog import CommitLog
-from eventlog.log.in_commit_timestamps import FIELD as ICT_FIELD
+from eventlog.log.in_commit_timestamps import timestamp_of
 from eventlog.log.recovery import ACCEPTED_LOSS, LOST_DIGEST, LOST_FILE_DIGEST, LOST_TXN
 from eventlog.log.storage import LogStore
 from lockstore import SlotClaim, SlotRecord
@@ -216,9 +216,7 @@ class _Walk:
 
     def _check_timestamp(self, version: int, data: bytes) -> None:
         """In-commit timestamps increase strictly from one commit to the next."""
-        info = _first_info(data)
-        stamped = info.get(ICT_FIELD) if info is not None else None
-        ict = stamped if isinstance(stamped, int) and not isinstance(stamped, bool) else None
+        ict = timestamp_of(data)
         previous, self.prev_ict = self.prev_ict, ict
         if ict is not None and previous is not None and ict <= previous:
             raise _Failure(
@@ -438,21 +436,14 @@ def _engine(data: bytes) -> str | None:
     return None
 
 
-def _first_info(data: bytes) -> dict[str, object] | None:
-    """A commit's commitInfo when it is the first line (as tamper evidence and in-commit
-    timestamps put it), or None."""
+def _txn_id(data: bytes) -> str | None:
+    """The transaction id in a commit's commitInfo (first line), or None."""
     try:
         first = orjson.loads(data.split(b"\n", 1)[0])
     except orjson.JSONDecodeError:
         return None
     info = first.get("commitInfo") if isinstance(first, dict) else None
-    return info if isinstance(info, dict) else None
-
-
-def _txn_id(data: bytes) -> str | None:
-    """The transaction id in a commit's commitInfo (first line), or None."""
-    info = _first_info(data)
-    txn = info.get("txnId") if info is not None else None
+    txn = info.get("txnId") if isinstance(info, dict) else None
     return str(txn) if txn is not None else None
 
 

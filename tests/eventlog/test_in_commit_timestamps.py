@@ -17,9 +17,11 @@ import pytest
 from eventlog import InvalidTablePropertyError, Table, VersionNotFoundError
 from eventlog.errors import InvalidInputError
 from eventlog.log import in_commit_timestamps as ict
+from eventlog.log import recovery
 from eventlog.log.commit import member_txn_ids
 from eventlog.log.storage import LogStore
 from eventlog.snapshot.features import FEATURES, Support
+from lockstore import EmbeddedSlotStore, SlotClaim
 from tests.conftest import SCHEMA, rows, sorted_ids
 from tests.eventlog.txn.test_retry_and_errors import FlakySlots
 from tests.support.invariants import commit_concurrently, hold_until_queued
@@ -246,3 +248,18 @@ def test_verify_accepts_timestamps_and_flags_one_that_goes_back(
     t.append(rows([2]))
     report = t.verify()
     assert (report.ok, report.problem, report.first_bad_version) == (False, "non-monotonic", 2)
+
+
+def test_a_repair_of_a_lost_version_is_dated_between_its_neighbours(
+    local_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = Table.create(local_uri, SCHEMA, properties=ON)
+    t.append(rows([1]))
+    slots = EmbeddedSlotStore(os.path.join(local_uri, "_eventlog", "slots"))
+    assert slots.claim(t.key, 2, SlotClaim("lost-txn", "lost-txn.json", digest="ab" * 32))  # never staged
+    monkeypatch.setattr(recovery, "REPAIR_GRACE_SECONDS", 0.0)  # its writer is provably gone
+    assert t.append(rows([3])).version == 3  # the writer resolves version 2 with a REPAIR first
+    assert first_info(local_uri, 2)["operation"] == "REPAIR"
+    v1, v2, v3 = icts(local_uri, range(1, 4))
+    assert v1 is not None and v2 is not None and v3 is not None and v1 < v2 < v3
+    assert t.verify().ok
