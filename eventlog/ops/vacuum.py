@@ -4,7 +4,9 @@ A file is kept when the latest snapshot references it, when a remove within the 
 retired it (time travel and in-flight readers may still read it), or when it is younger
 than the retention (a writer may have written it and not committed yet). Deletion-vector
 files follow the file they belong to. ``_delta_log``, ``_eventlog`` and every other name
-starting with ``_`` or ``.`` are never touched, except partition directories (Delta's rule).
+starting with ``_`` or ``.`` are never touched, except partition directories and
+``_change_data``, whose change files are never live and go once older than the retention
+(Delta's rule).
 A retention shorter than the table's (``delta.deletedFileRetentionDuration``, one week by
 default) is refused unless the caller turns the check off, as in Delta. Staged commits
 (``_eventlog/staged``, and ``_delta_log/_staged_commits`` of earlier releases) older than
@@ -27,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eventlog.errors import CorruptLogError, InvalidInputError
+from eventlog.files.change_data import CHANGE_DATA_DIR
 from eventlog.files.partition_values import escape_path_name
 from eventlog.log.actions import DeletionVectorDescriptor
 from eventlog.log.storage import LEGACY_STAGED_DIR, STAGED_DIR, file_mtime_ms
@@ -120,8 +123,9 @@ def referenced_by(files: pa.Table) -> set[str]:
 
 
 def is_hidden(name: str, partition_columns: Sequence[str]) -> bool:
-    """Delta's rule: names starting with ``_`` or ``.`` are not data, except partition dirs."""
-    if not name.startswith(("_", ".")):
+    """Delta's rule: names starting with ``_`` or ``.`` are not data, except partition dirs
+    and the change data files (``_change_data``: never live, swept once old enough)."""
+    if not name.startswith(("_", ".")) or name == CHANGE_DATA_DIR:
         return False
     return not any(name.startswith(f"{escape_path_name(c)}=") for c in partition_columns)
 

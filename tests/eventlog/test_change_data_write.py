@@ -182,3 +182,15 @@ def test_overwrite_of_files_written_elsewhere_records_their_rows_when_needed(loc
     txn.overwrite_files(adds, replace_where="id = 2")
     txn.commit()
     assert _changes(local_uri, 2) == [(2, "delete", 2, 20), (2, "insert", 2, 77)]
+
+
+def test_vacuum_sweeps_change_files_older_than_the_retention(local_uri: str) -> None:
+    """As Delta's VACUUM: ``_change_data`` is not hidden, and change files are never live."""
+    t = _table(local_uri, dv=False, partitioned=False)
+    t.delete("id = 1")
+    (cdc,) = _cdc_actions(local_uri, 2)
+    assert t.vacuum(dry_run=True) == []  # younger than a week
+    deleted = t.vacuum(0, enforce_retention=False)
+    assert any(p.endswith("/" + cdc["path"]) for p in deleted)
+    assert not Path(local_uri, cdc["path"]).exists()
+    assert sorted(t.to_arrow().column("id").to_pylist()) == [2, 3, 4]
