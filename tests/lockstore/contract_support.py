@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import queue
 import socket
+import threading
 import time
 import uuid
 import warnings
@@ -190,12 +191,26 @@ def _collect(results: MPQueue[Any], procs: list[SpawnProcess], count: int, timeo
     return out
 
 
+def fork_quietly() -> int:
+    """``os.fork()``, without the DeprecationWarning Python 3.12+ gives when threads run."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
+        return os.fork()
+
+
+def run_in_threads(threads: int, run: Callable[[int], None]) -> None:
+    """``run(i)`` for each i below ``threads``, in as many threads; waits up to 60 s for each."""
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+
+
 def report_from_forked_child(body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """Fork; run ``body`` in the child and return what it reported (JSON through a pipe)."""
     read, write = os.pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
-        pid = os.fork()
+    pid = fork_quietly()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
         try:
             os.write(write, json.dumps(body()).encode())

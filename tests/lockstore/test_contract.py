@@ -30,6 +30,7 @@ from tests.lockstore.contract_support import _Holder as _Holder
 from tests.lockstore.contract_support import _query_owner as _query_owner
 from tests.lockstore.contract_support import race_processes as race_processes
 from tests.lockstore.contract_support import report_from_forked_child as report_from_forked_child
+from tests.lockstore.contract_support import run_in_threads
 
 # The suite's fixtures, taken by name (pytest finds a fixture among a module's attributes).
 make_store = support.make_store  # every adapter
@@ -71,11 +72,7 @@ def test_exclusive_grant_under_thread_contention(make_store: MakeStore) -> None:
             errors.append(exc)
             barrier.abort()
 
-    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(timeout=60)
+    run_in_threads(threads, run)
 
     assert errors == []
     granted = sorted(v for won in wins for v in won)
@@ -271,11 +268,7 @@ def test_thread_race_grants_every_version_exactly_once(make_store: MakeStore) ->
         except BaseException as exc:
             errors.append(exc)
 
-    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(timeout=60)
+    run_in_threads(threads, run)
 
     assert errors == []
     granted = [v for won in wins for v in won]

@@ -28,7 +28,7 @@ from lockstore import (
 from lockstore.base import lease_node_name
 from lockstore.registry import open_slot_store
 from tests.lockstore import contract_support as support
-from tests.lockstore.contract_support import CHECKPOINT, MakeStore, _Holder, _query_owner
+from tests.lockstore.contract_support import CHECKPOINT, MakeStore, _Holder, _query_owner, run_in_threads
 
 # The suite's fixtures, taken by name (pytest finds a fixture among a module's attributes).
 make_store = support.make_store  # every adapter
@@ -149,11 +149,7 @@ def test_lease_race_between_threads_has_one_winner(make_store: MakeStore) -> Non
             errors.append(exc)
             barrier.abort()
 
-    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(timeout=60)
+    run_in_threads(threads, run)
     assert errors == []
     for outcome in results:
         won = [r for r in outcome if isinstance(r, Lease)]

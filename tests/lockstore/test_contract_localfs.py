@@ -12,7 +12,6 @@ import multiprocessing
 import os
 import shutil
 import time
-import warnings
 from collections.abc import Callable
 from multiprocessing.queues import Queue as MPQueue
 from multiprocessing.synchronize import Barrier as MPBarrier
@@ -33,7 +32,15 @@ from lockstore import (
 )
 from lockstore.base import lease_node_name
 from lockstore.localfs import table_dir_name
-from tests.lockstore.contract_support import CHECKPOINT, TABLE, _claim, _collect, _query_owner, race_processes
+from tests.lockstore.contract_support import (
+    CHECKPOINT,
+    TABLE,
+    _claim,
+    _collect,
+    _query_owner,
+    fork_quietly,
+    race_processes,
+)
 
 
 def test_lease_file_layout_and_record(tmp_path: Path) -> None:
@@ -102,9 +109,7 @@ def test_forked_child_does_not_keep_the_lease_alive(tmp_path: Path) -> None:
     lease = store.acquire_lease(CHECKPOINT, _query_owner("parent"))
     to_parent, from_child = os.pipe()
     to_child, from_parent = os.pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
-        pid = os.fork()
+    pid = fork_quietly()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
         try:
             os.close(to_parent)
