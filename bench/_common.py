@@ -77,6 +77,19 @@ def process_cpu() -> dict[str, float]:
     that exits between two readings would otherwise take its CPU time out of the total.
     """
     tick = os.sysconf("SC_CLK_TCK")
+    out = {"jvm": 0.0, "python": 0.0}
+    for name, times in descendant_ticks().values():
+        if name == "java":
+            out["jvm"] += (times[0] + times[1]) / tick
+            out["python"] += (times[2] + times[3]) / tick
+        else:
+            out["python"] += sum(times) / tick
+    return out
+
+
+def descendant_ticks() -> dict[int, tuple[str, list[int]]]:
+    """Every descendant of this process, from /proc: {pid: (command name, [utime, stime,
+    cutime, cstime] in clock ticks)}, parents before their children."""
     procs: dict[int, tuple[int, str, list[int]]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -89,19 +102,14 @@ def process_cpu() -> dict[str, float]:
         name = raw[raw.index("(") + 1 : raw.rindex(")")]
         fields = raw[raw.rindex(")") + 2 :].split()
         procs[int(entry)] = (int(fields[1]), name, [int(fields[i]) for i in (11, 12, 13, 14)])
-    out = {"jvm": 0.0, "python": 0.0}
-    frontier, seen = [os.getpid()], set()
+    out: dict[int, tuple[str, list[int]]] = {}
+    frontier = [os.getpid()]
     while frontier:
         parent = frontier.pop()
         for pid, (ppid, name, times) in procs.items():
-            if ppid == parent and pid not in seen:
-                seen.add(pid)
+            if ppid == parent and pid not in out:
+                out[pid] = (name, times)
                 frontier.append(pid)
-                if name == "java":
-                    out["jvm"] += (times[0] + times[1]) / tick
-                    out["python"] += (times[2] + times[3]) / tick
-                else:
-                    out["python"] += sum(times) / tick
     return out
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from bench._common import Stat, print_table, ratio, small_batch, verdict
+from bench._loops import AppendRun, deltalake_append, deltalake_notes, setup_failed, timed_appends
 from bench._zkcommon import (
     BACKOFF,
     CONFIGS,
@@ -38,25 +39,11 @@ from bench._zkcommon import (
 
 
 @dataclass
-class RunResult:
-    config: str
-    writers: int
-    ok: int
-    failed: int
-    seconds: float
-    errors: Counter[str] = field(default_factory=Counter)
-    version: int = -1
-    rows: int = -1
-    retries: int = 0
-    cpu: float = 0.0  # CPU seconds of the writer processes during their append loops
+class RunResult(AppendRun):
     server_cpu: float = 0.0  # CPU seconds of the ZooKeeper JVMs during the run (if pids given)
     writer_seconds: float = 0.0  # sum over writers of their loop's wall time
     requests: Counter[str] = field(default_factory=Counter)  # ZooKeeper requests (instrumented)
     phases: Counter[str] = field(default_factory=Counter)  # seconds per phase (instrumented)
-
-    @property
-    def commits_per_s(self) -> float:
-        return self.ok / self.seconds if self.seconds > 0 else 0.0
 
 
 def _close_slots(table: Any) -> None:
@@ -84,12 +71,7 @@ def _append_worker(
         batches = [small_batch(writer, i) for i in range(n)]
         phases = Phases()
         if config == "deltalake":
-            from deltalake import write_deltalake
-
-            def append(b: pa.RecordBatch) -> int:
-                write_deltalake(path, b, mode="append")
-                return 0  # delta-rs retries internally and does not report it
-
+            append = deltalake_append(path)
         else:
             from eventlog.table import Table
             from eventlog.txn.retry import RetryPolicy
@@ -103,28 +85,17 @@ def _append_worker(
                 acks.append(result.txn_id)
                 return int(result.attempts) - 1  # slot claims lost before this commit
 
-        errors: Counter[str] = Counter()
         acks: list[str] = []
-        ok = retries = 0
         with instrumented(phases) if instrument else contextlib.nullcontext(Counter[str]()) as counts:
             barrier.wait(timeout=RESULT_TIMEOUT)
             counts.clear()
             phases.clear()
-            cpu0 = time.process_time()  # this process, all threads (kazoo's included)
-            start = time.perf_counter()  # CLOCK_MONOTONIC on Linux: comparable across processes
-            for b in batches:
-                try:
-                    retries += append(b)
-                    ok += 1
-                except Exception as exc:
-                    errors[type(exc).__name__] += 1
-            end = time.perf_counter()
-            cpu = time.process_time() - cpu0
-            extra = {"cpu": cpu, "requests": dict(counts), "phases": dict(phases.seconds), "acks": acks}
-        results.put((writer, start, end, ok, dict(errors), retries, extra))
+            # CPU: this process, all threads (kazoo's included)
+            loop = timed_appends(batches, append, cpu_clock=time.process_time)
+            extra = {"cpu": loop.cpu, "requests": dict(counts), "phases": dict(phases.seconds), "acks": acks}
+        results.put((writer, loop.start, loop.end, loop.ok, loop.errors, loop.retries, extra))
     except BaseException as exc:  # set-up failed: report it rather than hang the barrier
-        barrier.abort()
-        results.put((writer, 0.0, 0.0, 0, {f"setup:{type(exc).__name__}: {exc}": n}, 0, {}))
+        results.put((writer, 0.0, 0.0, 0, setup_failed(barrier, exc, n), 0, {}))
     finally:
         if table is not None and spec is not None:
             _close_slots(table)
@@ -332,8 +303,5 @@ def part_appends(
         "verification: rows == appends, acknowledged txns == committed txns (exactly once), and version =="
         f" appends (<= with group commit) asserted after every run of ours; {ours_failed} failed"
     )
-    for writers in (1, 4):
-        for r in results[("deltalake", writers)]:
-            if r.version != r.ok or r.rows != r.ok:
-                print(f"note: deltalake {writers} writer(s): version {r.version}, rows {r.rows}, ok {r.ok}")
+    deltalake_notes(results)
     return ours_failed == 0

@@ -43,17 +43,16 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repository root
-# Spark's Python workers find ``pyspark_eventlog`` (auto-registration) on PYTHONPATH.
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 
-from bench._common import Stat, machine_note, parse_args, print_table, ratio, rotated  # noqa: E402
+from bench._common import Stat, descendant_ticks, machine_note, parse_args, print_table, ratio, rotated  # noqa: E402
 from bench._common import spark_session as bench_session  # noqa: E402
+from bench._loops import available_now, spark_env  # noqa: E402
 from eventlog import Table  # noqa: E402
+
+spark_env()  # before any SparkSession
 
 JARS_LIST = ROOT / ".cache" / "deltaspark-jars" / "jars.txt"
 SOURCES = ("delta", "eventlog")
@@ -150,27 +149,7 @@ def process_times() -> dict[int, tuple[bool, float]]:
     """CPU seconds so far of each descendant of this process: {pid: (is the JVM, seconds)},
     children it reaped included (``cutime``/``cstime``)."""
     tick = os.sysconf("SC_CLK_TCK")
-    procs: dict[int, tuple[int, str, float]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                raw = f.read()
-        except OSError:
-            continue
-        fields = raw[raw.rindex(")") + 2 :].split()
-        name = raw[raw.index("(") + 1 : raw.rindex(")")]
-        procs[int(entry)] = (int(fields[1]), name, sum(int(fields[i]) for i in (11, 12, 13, 14)) / tick)
-    out: dict[int, tuple[bool, float]] = {}
-    frontier = [os.getpid()]
-    while frontier:
-        parent = frontier.pop()
-        for pid, (ppid, name, seconds) in procs.items():
-            if ppid == parent and pid not in out:
-                out[pid] = (name == "java", seconds)
-                frontier.append(pid)
-    return out
+    return {pid: (name == "java", sum(times) / tick) for pid, (name, times) in descendant_ticks().items()}
 
 
 def cpu_between(
@@ -196,19 +175,9 @@ def run_query(spark: Any, source: str, uri: str, scratch: str, options: dict[str
     before = process_times()
     started = time.perf_counter()
     df = spark.readStream.format(source).options(**options).load(uri)
-    query = (
-        df.writeStream.format("noop")
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        if not query.awaitTermination(WAIT_SECONDS):
-            raise TimeoutError(f"{source} did not finish in {WAIT_SECONDS} s")
+    with available_now(df, checkpoint, source, WAIT_SECONDS) as query:
         wall = time.perf_counter() - started
         jvm, python = cpu_between(before, process_times())
-    finally:
-        query.stop()
     progress = [p for p in query.recentProgress if p["numInputRows"]]
     rows = sum(p["numInputRows"] for p in progress)
     shutil.rmtree(checkpoint, ignore_errors=True)

@@ -22,13 +22,11 @@ Run: ``.venv/bin/python bench/bench_identity.py [--quick] [--repeat N]``
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import shutil
 import sys
 import tempfile
-import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 
 import pyarrow as pa
 
-from bench._common import Stat, cpu_seconds, machine_note, parse_args, print_table, ratio, rotated, verdict
+from bench._common import Stat, machine_note, parse_args, print_table, ratio, rotated, verdict
+from bench._loops import AppendRun, run_writers, setup_failed, timed_appends
 
 CONFIGS = ("identity", "plain")
 WRITERS = 4
@@ -58,21 +57,8 @@ def _batch(config: str, writer: int, i: int) -> pa.Table:
 
 
 @dataclass
-class RunResult:
-    config: str
-    ok: int
-    failed: int
-    seconds: float
-    cpu: float
-    retries: int
-    version: int
-    rows: int
-    unique_ids: bool
-    errors: Counter[str] = field(default_factory=Counter)
-
-    @property
-    def commits_per_s(self) -> float:
-        return self.ok / self.seconds if self.seconds > 0 else 0.0
+class RunResult(AppendRun):
+    unique_ids: bool = False
 
 
 def _worker(config: str, path: str, n: int, writer: int, barrier: Any, results: Any) -> None:
@@ -81,42 +67,22 @@ def _worker(config: str, path: str, n: int, writer: int, barrier: Any, results: 
 
         table = Table.open(path)
         batches = [_batch(config, writer, i) for i in range(n)]
-        errors: Counter[str] = Counter()
-        ok = retries = 0
         barrier.wait()
-        start, cpu = time.perf_counter(), cpu_seconds()
-        for b in batches:
-            try:
-                retries += table.append(b).attempts - 1
-                ok += 1
-            except Exception as exc:
-                errors[type(exc).__name__] += 1
-        end = time.perf_counter()
-        results.put((start, end, ok, dict(errors), retries, cpu_seconds() - cpu))
+        loop = timed_appends(batches, lambda b: table.append(b).attempts - 1)
+        results.put((loop.start, loop.end, loop.ok, loop.errors, loop.retries, loop.cpu))
     except BaseException as exc:
-        barrier.abort()
-        results.put((0.0, 0.0, 0, {f"setup:{type(exc).__name__}: {exc}": n}, 0, 0.0))
+        results.put((0.0, 0.0, 0, setup_failed(barrier, exc, n), 0, 0.0))
 
 
 def run_config(config: str, per_writer: int) -> RunResult:
     from eventlog import Table
     from eventlog.files.identity import identity_columns
 
-    ctx = mp.get_context("spawn")
     tmp = tempfile.mkdtemp(prefix=f"bench-identity-{config}-")
     try:
         path = str(Path(tmp) / "table")
         Table.create(path, _schema(config)).close()
-        barrier, results = ctx.Barrier(WRITERS), ctx.Queue()
-        procs = [
-            ctx.Process(target=_worker, args=(config, path, per_writer, w, barrier, results))
-            for w in range(WRITERS)
-        ]
-        for p in procs:
-            p.start()
-        rows = [results.get(timeout=900) for _ in procs]
-        for p in procs:
-            p.join()
+        rows = run_writers(_worker, (config, path, per_writer), WRITERS)
         errors: Counter[str] = Counter()
         for r in rows:
             errors.update(r[3])
@@ -131,15 +97,16 @@ def run_config(config: str, per_writer: int) -> RunResult:
             version = t.version
         return RunResult(
             config,
+            WRITERS,
             ok,
             WRITERS * per_writer - ok,
             max(r[1] for r in rows) - min(r[0] for r in rows),
-            sum(r[5] for r in rows),
-            sum(r[4] for r in rows),
+            errors,
             version,
             data.num_rows,
-            unique,
-            errors,
+            retries=sum(r[4] for r in rows),
+            cpu=sum(r[5] for r in rows),
+            unique_ids=unique,
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

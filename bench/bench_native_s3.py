@@ -49,10 +49,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repository root
-# Spark's Python workers find the repository; Spark binds to loopback (as bench_spark does).
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from bench._common import (  # noqa: E402
     Stat,
@@ -65,9 +61,12 @@ from bench._common import (  # noqa: E402
     rotated,
     spark_session,
 )
+from bench._loops import spark_env  # noqa: E402
 from bench.bench_bulk import make_data  # noqa: E402
 from bench.bench_s3 import server_cpu  # noqa: E402
 from tests.support.s3server import ACCESS_KEY, SECRET_KEY, MotoS3Server  # noqa: E402
+
+spark_env()  # before any SparkSession
 
 ENGINES = ("native", "python", "parquet")
 SECTIONS = ("scan", "dv")

@@ -22,13 +22,10 @@ Run: ``.venv/bin/python bench/bench_small_appends.py [--quick] [--repeat N]``
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import shutil
 import sys
 import tempfile
-import time
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +36,6 @@ import pyarrow as pa
 from bench._common import (
     SMALL_SCHEMA,
     Stat,
-    cpu_seconds,
     machine_note,
     parse_args,
     print_table,
@@ -48,65 +44,43 @@ from bench._common import (
     small_batch,
     verdict,
 )
+from bench._loops import (
+    Append,
+    AppendRun,
+    deltalake_append,
+    deltalake_notes,
+    run_writers,
+    setup_failed,
+    timed_appends,
+)
 
 SCHEMA = SMALL_SCHEMA
 TARGET_RATIO = 10.0
 ENGINES = ("ours", "deltalake")
 
 
-@dataclass
-class RunResult:
-    engine: str
-    writers: int
-    ok: int
-    failed: int
-    seconds: float
-    errors: Counter[str] = field(default_factory=Counter)
-    version: int = -1
-    rows: int = -1
-    retries: int = 0
-    cpu: float = 0.0  # CPU seconds of all writer processes (all threads)
-
-    @property
-    def commits_per_s(self) -> float:
-        return self.ok / self.seconds if self.seconds > 0 else 0.0
-
-
 def _worker(engine: str, path: str, n: int, writer: int, barrier: Any, results: Any) -> None:
     """One writer process: set up, wait for the others, append ``n`` times."""
     try:
         batches = [small_batch(writer, i) for i in range(n)]
+        append: Append
         if engine == "ours":
             from eventlog.table import Table
 
             table = Table.open(path)
 
-            def append(b: pa.RecordBatch) -> int:
+            def ours(b: pa.RecordBatch) -> int:
                 return table.append(b).attempts - 1  # slot claims lost before this commit
 
+            append = ours
         else:
-            from deltalake import write_deltalake
+            append = deltalake_append(path)
 
-            def append(b: pa.RecordBatch) -> int:
-                write_deltalake(path, b, mode="append")
-                return 0  # delta-rs retries internally and does not report it
-
-        errors: Counter[str] = Counter()
-        ok = retries = 0
         barrier.wait()
-        start = time.perf_counter()  # CLOCK_MONOTONIC on Linux: comparable across processes
-        cpu = cpu_seconds()
-        for b in batches:
-            try:
-                retries += append(b)
-                ok += 1
-            except Exception as exc:
-                errors[type(exc).__name__] += 1
-        end = time.perf_counter()
-        results.put((writer, start, end, ok, dict(errors), retries, cpu_seconds() - cpu))
+        loop = timed_appends(batches, append)
+        results.put((writer, loop.start, loop.end, loop.ok, loop.errors, loop.retries, loop.cpu))
     except BaseException as exc:  # set-up failed: report it rather than hang the barrier
-        barrier.abort()
-        results.put((writer, 0.0, 0.0, 0, {f"setup:{type(exc).__name__}: {exc}": n}, 0, 0.0))
+        results.put((writer, 0.0, 0.0, 0, setup_failed(barrier, exc, n), 0, 0.0))
 
 
 def _create(engine: str, path: str) -> None:
@@ -133,23 +107,12 @@ def _inspect(engine: str, path: str) -> tuple[int, int]:
     return dt.version(), dt.to_pyarrow_table().num_rows
 
 
-def run_config(engine: str, writers: int, per_writer: int) -> RunResult:
-    ctx = mp.get_context("spawn")
+def run_config(engine: str, writers: int, per_writer: int) -> AppendRun:
     tmp = tempfile.mkdtemp(prefix=f"bench-appends-{engine}-")
     try:
         path = str(Path(tmp) / "table")
         _create(engine, path)
-        barrier = ctx.Barrier(writers)
-        results = ctx.Queue()
-        procs = [
-            ctx.Process(target=_worker, args=(engine, path, per_writer, w, barrier, results))
-            for w in range(writers)
-        ]
-        for p in procs:
-            p.start()
-        rows = [results.get(timeout=900) for _ in procs]
-        for p in procs:
-            p.join()
+        rows = run_writers(_worker, (engine, path, per_writer), writers)
         errors: Counter[str] = Counter()
         for r in rows:
             errors.update(r[4])
@@ -158,7 +121,7 @@ def run_config(engine: str, writers: int, per_writer: int) -> RunResult:
         version, nrows = _inspect(engine, path)
         retries = sum(r[5] for r in rows)
         cpu = sum(r[6] for r in rows)
-        return RunResult(
+        return AppendRun(
             engine, writers, ok, writers * per_writer - ok, seconds, errors, version, nrows, retries, cpu
         )
     finally:
@@ -170,7 +133,7 @@ def main() -> int:
     sizes = {1: 50, 4: 25} if args.quick else {1: 500, 4: 250}
     print(f"# bench_small_appends ({'quick' if args.quick else 'full'}): {machine_note()}")
     print(f"sizes: 1 writer x {sizes[1]} appends, 4 processes x {sizes[4]} appends; {args.repeat} runs each")
-    results: dict[tuple[str, int], list[RunResult]] = {}
+    results: dict[tuple[str, int], list[AppendRun]] = {}
     for rep in range(args.repeat):
         for writers in (1, 4):
             for engine in rotated(ENGINES, rep):
@@ -250,10 +213,7 @@ def main() -> int:
         f"verification (ours): failures == 0, version == appends, rows == appends in "
         f"{sum(checks)}/{len(checks)} runs -> {'OK' if all(checks) else 'FAILED'}"
     )
-    for writers in (1, 4):
-        for r in results[("deltalake", writers)]:
-            if r.version != r.ok or r.rows != r.ok:
-                print(f"note: deltalake {writers} writer(s): version {r.version}, rows {r.rows}, ok {r.ok}")
+    deltalake_notes(results)
     return 0 if ok_all else 1
 
 

@@ -40,10 +40,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repository root
-# Spark's Python workers find ``pyspark_eventlog`` (auto-registration) on PYTHONPATH.
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from bench._common import (  # noqa: E402
     Stat,
@@ -57,6 +53,9 @@ from bench._common import (  # noqa: E402
     timed,
     verdict,
 )
+from bench._loops import spark_env  # noqa: E402
+
+spark_env()  # before any SparkSession
 
 ENGINES = ("eventlog", "parquet", "pyfloor")
 COLUMNS = (

@@ -30,7 +30,6 @@ Run from the repository root: ``.venv/bin/python bench/bench_stream_source.py [-
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import tempfile
@@ -41,15 +40,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repository root
-# Spark's Python workers find ``pyspark_eventlog`` (auto-registration) on PYTHONPATH.
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 import pyarrow as pa  # noqa: E402
 
 from bench._common import Stat, machine_note, parse_args, print_table, ratio, rotated, spark_session  # noqa: E402
+from bench._loops import available_now, spark_env  # noqa: E402
 from eventlog import Table  # noqa: E402
+
+spark_env()  # before any SparkSession
 
 SOURCES = ("eventlog snapshot", "eventlog commits", "parquet files", "pyfloor")
 DDL = "id bigint, value double, name string, ts timestamp, count int"
@@ -168,18 +166,8 @@ def run_query(spark: Any, source: str, uri: str, scratch: str, max_files: int) -
         df = spark.readStream.format("eventlog").options(**limit).load(uri)
     checkpoint = f"{scratch}/cp-{uuid.uuid4().hex}"
     start = time.perf_counter()
-    query = (
-        df.writeStream.format("noop")
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        if not query.awaitTermination(WAIT_SECONDS):
-            raise TimeoutError(f"{source} did not finish in {WAIT_SECONDS} s")
+    with available_now(df, checkpoint, source, WAIT_SECONDS) as query:
         seconds = time.perf_counter() - start
-    finally:
-        query.stop()
     progress = [p for p in query.recentProgress if p["numInputRows"] or p["sources"]]
     rows = sum(p["numInputRows"] for p in progress)
     batches = len({p["batchId"] for p in progress if p["numInputRows"]})
