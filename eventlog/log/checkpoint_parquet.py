@@ -267,7 +267,9 @@ def publish(fs: fsspec.AbstractFileSystem, path: str, write: Callable[[Any], Non
     return size
 
 
-def put_bytes(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
+def put_bytes(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> int:
+    """Publish ``data`` as the file at ``path`` (see :func:`publish`); returns its size."""
+
     def write(sink: Any) -> None:
         if isinstance(sink, str):
             with open(sink, "wb") as f:
@@ -275,7 +277,7 @@ def put_bytes(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
         else:
             sink.write(data)
 
-    publish(fs, path, write)
+    return publish(fs, path, write)
 
 
 def publish_pointer(fs: fsspec.AbstractFileSystem, log_dir: str, pointer: dict[str, Any]) -> None:

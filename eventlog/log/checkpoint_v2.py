@@ -42,7 +42,14 @@ from eventlog.log.checkpoint_locate import (
     list_checkpoints,
     list_log,
 )
-from eventlog.log.checkpoint_parquet import file_blocks, publish, publish_pointer, with_stats, write_actions
+from eventlog.log.checkpoint_parquet import (
+    file_blocks,
+    publish,
+    publish_pointer,
+    put_bytes,
+    with_stats,
+    write_actions,
+)
 from eventlog.log.checkpoint_state import (
     CHECKPOINT_METADATA_STRUCT,
     CHECKPOINT_SCHEMA,
@@ -176,16 +183,7 @@ def _write_top_level(
     fs: fsspec.AbstractFileSystem, path: str, actions: Sequence[tuple[str, dict[str, Any]]], head: str | None
 ) -> int:
     if path.endswith(".json"):
-        data = b"".join(orjson.dumps({kind: body}) + b"\n" for kind, body in actions)
-
-        def write_json(sink: Any) -> None:
-            if isinstance(sink, str):
-                with open(sink, "wb") as f:
-                    f.write(data)
-            else:
-                sink.write(data)
-
-        return publish(fs, path, write_json)
+        return put_bytes(fs, path, b"".join(orjson.dumps({kind: body}) + b"\n" for kind, body in actions))
     schema = V2_CHECKPOINT_SCHEMA
     if head is not None:
         schema = schema.with_metadata({CHAIN_HEAD_KEY: head})
@@ -273,16 +271,7 @@ def write_compat_checkpoint(fs: fsspec.AbstractFileSystem, log_dir: str, cp: Che
         return False
     source = f"{log_dir}/{cp.names[0]}"
     if source.endswith(".parquet"):
-        data = fs.cat_file(source, **whole_file_options(fs))
-
-        def copy(sink: Any) -> None:
-            if isinstance(sink, str):
-                with open(sink, "wb") as f:
-                    f.write(data)
-            else:
-                sink.write(data)
-
-        publish(fs, target, copy)
+        put_bytes(fs, target, fs.cat_file(source, **whole_file_options(fs)))
         return True
     actions = _json_actions(fs, source)
     head = next((b.get("tags") or {} for k, b in actions if k == "checkpointMetadata"), {}).get(
