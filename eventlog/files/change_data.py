@@ -5,11 +5,13 @@ Delta's readers take a commit's changes from its ``cdc`` actions when it has any
 ignore its adds and removes then; a commit without them is read from its adds (inserts)
 and removes (deletes of every row of the removed file). So a writer needs change files
 only for changes the adds and removes cannot tell: rows deleted from a file that lives on
-(rewritten, or with a deletion vector) and updated rows. :class:`ChangeRecorder` collects
+(rewritten) and updated rows. :class:`ChangeRecorder` collects
 every row an operation changes and decides at the end, once for the commit:
 
-* only inserts and whole-file removes of files without deletion vectors: no change file
-  (appends, overwrites and partition deletes cost nothing more, as in Delta);
+* only inserts, whole-file removes and rows deleted by deletion vectors: no change file
+  (appends, overwrites, partition deletes and DELETE on a DV table cost nothing more, as
+  in Delta, whose readers take a DV delete from the difference of the file's DVs); but a
+  file with a DV removed whole gets change files, for delta-rs (see ``files_removed``);
 * anything else: one set of change files holding every change of the commit, the
   inserts and the rows of the removed files included, since readers use only those.
 
@@ -64,6 +66,7 @@ class ChangeRecorder:
         self._rows: list[tuple[str, pa.Table]] = []
         self._removed: list[AddFile] = []
         self._added: list[AddFile] = []
+        self._later: list[tuple[str, Callable[[], pa.Table]]] = []
         self._row_level = False
 
     def rows(self, kind: str, rows: pa.Table) -> None:
@@ -74,11 +77,18 @@ class ChangeRecorder:
             self._rows.append((kind, rows))
             self._row_level = self._row_level or kind != INSERT
 
+    def rows_later(self, kind: str, rows: Callable[[], pa.Table]) -> None:
+        """Rows changed as ``kind`` that readers can also tell from the commit's file
+        actions (rows deleted by a deletion vector: the difference of the file's old and new
+        DVs); ``rows`` reads them only if the commit needs change files for other changes."""
+        if kind not in _KINDS:
+            raise ValueError(f"unknown change type {kind!r}")
+        self._later.append((kind, rows))
+
     def files_removed(self, files: Sequence[AddFile]) -> None:
         """Whole files removed unread (their live rows are deletes, read only if needed).
-        A file with a deletion vector counts as a row-level change: readers that infer
-        deletes from removes without applying its DV (delta-rs) would report rows that
-        were deleted before."""
+        Removing a file that has a deletion vector gets change files, though Delta's readers
+        would not need them: delta-rs (1.x) reads such a remove as the rows its DV deleted."""
         self._removed.extend(files)
         self._row_level = self._row_level or any(f.deletion_vector is not None for f in files)
 
@@ -107,6 +117,7 @@ class ChangeRecorder:
         if not self._row_level:
             return []
         parts = list(self._rows)
+        parts.extend((kind, rows()) for kind, rows in self._later)
         if self._removed:
             parts.append((DELETE, read_live(self._removed)))
         if self._added:

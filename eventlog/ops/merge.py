@@ -196,7 +196,10 @@ class _MergeClauses:
             ids = [(fid, rid) for fid, rids in sorted(deletes.items()) for rid in sorted(rids)]
             fids = pa.chunked_array([pa.array([f for f, _ in ids], pa.int64())])
             rids = pa.chunked_array([pa.array([r for _, r in ids], pa.int64())])
-            self._out.record_changes(DELETE, self._full_rows(fids, rids))
+            if self._out.deletion_vectors_enabled:  # readers tell DV deletes from the DVs
+                self._out.record_changes_later(DELETE, lambda: self._full_rows(fids, rids))
+            else:
+                self._out.record_changes(DELETE, self._full_rows(fids, rids))
 
     def _needed_columns(self) -> list[str]:
         """The target columns the join, the ON condition and the clauses read (schema order)."""

@@ -4,6 +4,7 @@ DELETE, overwrite with ``replace_where`` and the Spark adapter."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -77,8 +78,8 @@ def remove_rows(plan: PlanBuilder, files: Sequence[AddFile], pred: ex.Expr | Non
         touched.append(scan.add)
         if use_dv:  # nothing more to read: the positions are the deletion vector
             plan.delete_rows(scan.add, matched, scan.deleted, scan.num_rows)
-            if plan.change_data_enabled:  # ... but the change data holds the rows
-                plan.record_changes(DELETE, scan.rows_at(matched))
+            # readers tell these deletes from the DVs: read only for a commit's change files
+            plan.record_changes_later(DELETE, functools.partial(scan.rows_at, matched))
             continue
         rows, hit = scan.live_rows_marked(matched)
         survivors.append(rows.filter(pc.invert(hit)))

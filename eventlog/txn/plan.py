@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -301,6 +301,12 @@ class PlanBuilder:
         update_preimage, update_postimage); kept only when the table records changes."""
         if self.change_data_enabled:
             self._changes.rows(kind, rows)
+
+    def record_changes_later(self, kind: str, rows: Callable[[], pa.Table]) -> None:
+        """Rows changed as ``kind`` that readers can tell from the file actions (DV deletes):
+        ``rows`` is read only if the commit writes change files for other changes."""
+        if self.change_data_enabled:
+            self._changes.rows_later(kind, rows)
 
     def record_removed_files(self, files: Sequence[AddFile]) -> None:
         """Whole files removed unread, for the change data (read only if it needs them)."""
