@@ -42,6 +42,7 @@ __all__ = [
     "UPDATE_PREIMAGE",
     "ChangeRecorder",
     "cdf_enabled",
+    "change_schema",
 ]
 
 CDF_PROPERTY = "delta.enableChangeDataFeed"
@@ -57,6 +58,11 @@ _KINDS = (INSERT, DELETE, UPDATE_PREIMAGE, UPDATE_POSTIMAGE)
 def cdf_enabled(configuration: Mapping[str, str]) -> bool:
     """Whether a table with these properties records its changes."""
     return str(configuration.get(CDF_PROPERTY, "")).lower() == "true"
+
+
+def change_schema(schema: pa.Schema) -> pa.Schema:
+    """The columns of a table's change files: its own, then ``_change_type``."""
+    return pa.schema([*schema, pa.field(CHANGE_TYPE_COLUMN, pa.string(), nullable=False)])
 
 
 class ChangeRecorder:
@@ -122,13 +128,32 @@ class ChangeRecorder:
             parts.append((DELETE, read_live(self._removed)))
         if self._added:
             parts.append((INSERT, read_live(self._added)))
-        out = pa.schema([*schema, pa.field(CHANGE_TYPE_COLUMN, pa.string(), nullable=False)])
         tables = []
         for kind, rows in parts:
             rows = rows.select([n for n in schema.names if n in rows.column_names])
             rows = rows.append_column(CHANGE_TYPE_COLUMN, pa.repeat(pa.scalar(kind), rows.num_rows))
-            tables.append(conform(rows, out, context="change data"))
-        data = pa.concat_tables(tables)
+            tables.append(conform(rows, change_schema(schema), context="change data"))
+        return self.write_rows(
+            fs,
+            root,
+            schema,
+            partition_columns,
+            pa.concat_tables(tables),
+            target_file_size,
+        )
+
+    @staticmethod
+    def write_rows(
+        fs: fsspec.AbstractFileSystem,
+        root: str,
+        schema: pa.Schema,
+        partition_columns: Sequence[str],
+        rows: pa.Table,
+        target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+    ) -> list[AddCDCFile]:
+        """Change rows (``schema``'s columns and ``_change_type``) as change files under
+        ``_change_data``; their ``cdc`` actions (paths relative to the table root)."""
+        data = conform(rows, change_schema(schema), context="change data")
         adds = write_data_files(
             fs,
             f"{root.rstrip('/')}/{CHANGE_DATA_DIR}",

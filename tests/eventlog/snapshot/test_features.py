@@ -14,7 +14,14 @@ import pytest
 from eventlog import Table
 from eventlog.errors import UnsupportedProtocolError
 from eventlog.log.actions import CommitInfo, Metadata, Protocol, encode_commit
-from eventlog.snapshot.features import FEATURES, Operation, Support, supported_features, unsupported
+from eventlog.snapshot.features import (
+    FEATURES,
+    Operation,
+    Support,
+    TableFeature,
+    supported_features,
+    unsupported,
+)
 from tests.conftest import SCHEMA, rows, sorted_ids
 
 
@@ -58,12 +65,17 @@ def test_legacy_versions_imply_their_features() -> None:
 
 
 def test_features_only_block_while_the_table_uses_them() -> None:
+    # A writer feature supported only while inactive blocks writes once the table uses it.
+    demo = TableFeature(
+        "demo", False, Support.FULL, Support.INACTIVE_ONLY,
+        active=lambda m: m is None or m.configuration.get("demo.on") == "true",
+    )  # fmt: skip
+    assert not demo.blocks(Operation.WRITE, _meta())
+    assert demo.blocks(Operation.WRITE, _meta({"demo.on": "true"}))
+    assert not demo.blocks(Operation.READ, _meta({"demo.on": "true"}))
+    # The change data feed is written (eventlog.files.change_data): on or off, it never blocks.
     cdf = Protocol(1, 7, None, ("changeDataFeed",))
-    assert unsupported(cdf, _meta(), Operation.WRITE) == []
-    assert unsupported(cdf, _meta({"delta.enableChangeDataFeed": "true"}), Operation.WRITE) == [
-        "changeDataFeed"
-    ]
-    assert unsupported(cdf, _meta({"delta.enableChangeDataFeed": "true"}), Operation.READ) == []
+    assert unsupported(cdf, _meta({"delta.enableChangeDataFeed": "true"}), Operation.WRITE) == []
     # CHECK constraints, generated columns and invariants are enforced: they never block.
     checks = Protocol(1, 3)
     assert unsupported(checks, _meta({"delta.constraints.positive": "id > 0"}), Operation.WRITE) == []
@@ -124,11 +136,6 @@ def _data_files(uri: str) -> list[str]:
             Protocol(1, 7, None, ("appendOnly", "domainMetadata", "invariants", "rowTracking")),
             {},
             ["rowTracking"],
-        ),
-        (
-            Protocol(1, 7, None, ("appendOnly", "changeDataFeed")),
-            {"delta.enableChangeDataFeed": "true"},
-            ["changeDataFeed"],
         ),
         # vacuumProtocolCheck: VACUUM checks the writer protocol, so it refuses too.
         (
