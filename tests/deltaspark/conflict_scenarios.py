@@ -167,24 +167,39 @@ DELETE_READ = "ConcurrentDeleteReadException"
 COMMIT = "commit"
 
 # Row-level concurrency (eventlog/txn/conflicts.py, eventlog/txn/rowlevel.py) applies to tables
-# with deletion vectors and no partition columns: the Databricks contract of
-# isolation-and-conflicts.md ("Row-level concurrency"). OSS Delta Spark has none (its
-# ConflictChecker compares file paths; delta-io/delta#7360 is open), and on an unpartitioned
-# table any add of a concurrent non-blind commit fails a transaction that read the table.
-_RLC = "row-level concurrency (unpartitioned, deletion vectors; Databricks' documented behaviour): "
+# with deletion vectors: without partition columns, the Databricks contract of
+# isolation-and-conflicts.md ("Row-level concurrency"); with them, the same rules beyond that
+# contract (a file lies in one partition; a winner's new rows must also lie in a partition the
+# loser selects). OSS Delta Spark has none (its ConflictChecker compares file paths;
+# delta-io/delta#7360 is open), and on an unpartitioned table any add of a concurrent
+# non-blind commit fails a transaction that read the table. In the matrix the partitioned
+# cells that differ are those on the same partition: different partitions agree anyway.
+_RLC = {
+    "unpartitioned": (
+        "row-level concurrency (unpartitioned, deletion vectors; Databricks' documented behaviour): "
+    ),
+    "partitioned": "row-level concurrency (partitioned, deletion vectors; Databricks' rules, beyond its "
+    "unpartitioned tables): ",
+}
+BOTH = ("unpartitioned", "partitioned")
 
 # Scenarios whose outcome differs from Delta Spark's on purpose.
 INTENDED: dict[str, Difference] = {}
 
 
 def _intended(
-    seconds: tuple[str, ...], firsts: tuple[str, ...], target: str, levels: tuple[str, ...], diff: Difference
+    seconds: tuple[str, ...],
+    firsts: tuple[str, ...],
+    target: str,
+    levels: tuple[str, ...],
+    diff: Difference,
+    layouts: tuple[str, ...] = ("unpartitioned",),
 ) -> None:
-    """List the matrix cells second x first (unpartitioned, with deletion vectors) as intended."""
-    for second, first, level in itertools.product(seconds, firsts, levels):
+    """List the matrix cells second x first (in ``layouts``, with deletion vectors) as intended."""
+    for layout, second, first, level in itertools.product(layouts, seconds, firsts, levels):
         other = D1 if target == "same" else D2
-        s = Scenario("matrix", Op(first, D1), Op(second, other), level, "unpartitioned", target, True)
-        INTENDED[s.id] = diff._replace(reason=_RLC + diff.reason)
+        s = Scenario("matrix", Op(first, D1), Op(second, other), level, layout, target, True)
+        INTENDED[s.id] = diff._replace(reason=_RLC[layout] + diff.reason)
 
 
 _intended(DML, DML, "disjoint", LEVELS, Difference(COMMIT, APPEND, (
@@ -197,20 +212,20 @@ _intended(DML, (INSERT,), "disjoint", (SER,), Difference(COMMIT, APPEND, (
     "fails on any add to an unpartitioned table it read")))  # fmt: skip
 _intended(DML, (OPTIMIZE,), "same", LEVELS, Difference(COMMIT, APPEND, (
     "a compaction without ZORDER BY cannot conflict with DML: ours moves the rows it deletes to "
-    "their place in the compacted file; Delta Spark counts OPTIMIZE's adds as new data")))  # fmt: skip
+    "their place in the compacted file; Delta Spark counts OPTIMIZE's adds as new data")), BOTH)  # fmt: skip
 _intended((OPTIMIZE,), DML, "same", LEVELS, Difference(COMMIT, DELETE_READ, (
     "a compaction without ZORDER BY cannot conflict with DML: ours carries the rows the DML "
-    "deleted into the compacted file; Delta Spark fails on the removed file it read")))  # fmt: skip
+    "deleted into the compacted file; Delta Spark fails on the removed file it read")), BOTH)  # fmt: skip
 _intended((OPTIMIZE,), (OPTIMIZE, ZORDER), "same", LEVELS, Difference(COMMIT, DELETE_READ, (
     "the first already rewrote every file this compaction rewrites, and a compaction changes no "
-    "data: ours drops it and commits; Delta Spark fails on the removed files it read")))  # fmt: skip
+    "data: ours drops it and commits; Delta Spark fails on the removed files it read")), BOTH)  # fmt: skip
 _intended(DML, (DELETE,), "same", LEVELS, Difference(DELETE_READ, APPEND, (
     "both fail (the same row is changed twice); a deletion-vector re-add carries no new rows, so "
-    "ours reports the conflict as the delete it is, Delta Spark as an append")))  # fmt: skip
+    "ours reports the conflict as the delete it is, Delta Spark as an append")), BOTH)  # fmt: skip
 _intended(DML, (ZORDER,), "same", LEVELS, Difference(DELETE_READ, APPEND, (
     "both fail (a Z-ordered rewrite cannot carry row-level deletes); a compaction's outputs carry "
     "no new rows, so ours reports the rewritten files this DML changes, Delta Spark counts "
-    "OPTIMIZE's adds as an append")))  # fmt: skip
+    "OPTIMIZE's adds as an append")), BOTH)  # fmt: skip
 
 # Differences to fix (each test is a strict xfail): id -> what differs.
 BUGS: dict[str, str] = {}
