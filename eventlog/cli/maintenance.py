@@ -16,6 +16,10 @@ from eventlog.txn.transaction import CommitResult
 from lockstore.cli import slot_report
 
 SlotLimit = Annotated[int, typer.Option(min=1, help="How many of the newest slots to inspect.")]
+PartitionWhere = Annotated[
+    str | None,
+    typer.Option(metavar="SQL", help="Only partitions matching this predicate.", show_default=False),
+]
 
 
 # --------------------------------------------------------------------------- vacuum
@@ -62,10 +66,7 @@ def _render_vacuum(data: dict[str, Any]) -> list[RenderableType]:
 def optimize(
     settings: Settings,
     uri: TableArg,
-    where: Annotated[
-        str | None,
-        typer.Option(metavar="SQL", help="Only partitions matching this predicate.", show_default=False),
-    ] = None,
+    where: PartitionWhere = None,
     zorder_by: Annotated[
         str | None,
         typer.Option(metavar="COLS", help="Z-order by these columns (comma-separated).", show_default=False),
@@ -88,10 +89,7 @@ def reorg(
         bool,
         typer.Option("--purge", help="APPLY (PURGE): rewrite the files with deletion vectors (required)."),
     ] = False,
-    where: Annotated[
-        str | None,
-        typer.Option(metavar="SQL", help="Only partitions matching this predicate.", show_default=False),
-    ] = None,
+    where: PartitionWhere = None,
 ) -> None:
     """REORG TABLE ... APPLY (PURGE): physically remove deleted rows; a dataChange=false commit."""
     if not purge:

@@ -13,8 +13,6 @@ The table: partition A holds two files (ids 1-4 and 5-8), partition B two more (
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import deltalake
 import pyarrow as pa
 import pytest
@@ -28,6 +26,7 @@ from eventlog import (
     Transaction,
 )
 from tests.conftest import SCHEMA, rows
+from tests.eventlog.txn.test_row_level import Op, delete, update
 
 SER, WS = "Serializable", "WriteSerializable"
 DV = {"delta.enableDeletionVectors": "true"}
@@ -45,25 +44,6 @@ def _table(uri: str, level: str = WS) -> Table:
 
 def _x(t: Table) -> dict[int, int]:
     return {r["id"]: r["x"] for r in t.to_arrow().to_pylist()}
-
-
-Op = Callable[[Transaction], None]
-
-
-def delete(pred: str) -> Op:
-    def run(txn: Transaction) -> None:
-        txn.delete(pred)
-        txn.commit()
-
-    return run
-
-
-def update(pred: str) -> Op:
-    def run(txn: Transaction) -> None:
-        txn.update(pred, set={"x": "x + 1000"})
-        txn.commit()
-
-    return run
 
 
 def merge(key: int, on_target: str = "explicit") -> Op:
