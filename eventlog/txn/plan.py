@@ -318,6 +318,19 @@ class PlanBuilder:
         if self.change_data_enabled:
             self._changes.files_added(files)
 
+    def add_change_files(self, cdc: Iterable[AddCDCFile]) -> None:
+        """Stage change files written elsewhere (Spark tasks), deleted if the commit fails;
+        they must hold every change of the commit (readers then ignore its adds and removes)."""
+        self._require_open()
+        for c in cdc:
+            self._cdc.append(c)
+            self._created.append(c.path)
+
+    @property
+    def change_files(self) -> tuple[AddCDCFile, ...]:
+        """The change files staged so far."""
+        return tuple(self._cdc)
+
     def _write_changes(self) -> None:
         """The change data files of the commit, if its changes need them."""
         if not self._changes.needs_files:

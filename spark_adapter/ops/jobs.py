@@ -41,13 +41,14 @@ from eventlog.errors import (
     UnsupportedProtocolError,
 )
 from eventlog.files import column_mapping as cm
+from eventlog.files.change_data import ChangeRecorder
 from eventlog.files.constraints import WriteRules
 from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE, delete_files, write_data_files
 from eventlog.files.enforce import conform
 from eventlog.files.reader import physical_row_count
 from eventlog.files.scan import file_deletes, read_file_positions
 from eventlog.files.schema import from_spark_schema_json
-from eventlog.log.actions import AddFile
+from eventlog.log.actions import AddCDCFile, AddFile
 from eventlog.log.location import TableLocation
 from eventlog.ops.alter import TARGET_FILE_SIZE_KEY
 from eventlog.ops.transaction import Transaction
@@ -256,13 +257,27 @@ class TaskOutput:
             data_change=data_change,
             target_file_size=target_file_size or self.ctx.target_file_size,
         )
-        self.paths.extend(a.path for a in adds)
-        # Recorded right after writing so the driver finds these files even if another
-        # task fails the job after this one finished.
+        self._record([a.path for a in adds])
+        return adds
+
+    def write_changes(self, rows: pa.Table) -> list[AddCDCFile]:
+        """Change data rows (the table's columns and ``_change_type``) as change files."""
+        if rows.num_rows == 0:
+            return []
+        schema = self.ctx.arrow_schema
+        cdc = ChangeRecorder.write_rows(
+            self.fs, self.root, schema, self.ctx.partition_columns, rows, self.ctx.target_file_size
+        )
+        self._record([c.path for c in cdc])
+        return cdc
+
+    def _record(self, paths: Sequence[str]) -> None:
+        """Recorded right after writing so the driver finds these files even if another
+        task fails the job after this one finished."""
+        self.paths.extend(paths)
         self.fs.makedirs(self.manifest.rsplit("/", 1)[0], exist_ok=True)
         with self.fs.open(self.manifest, "wb") as f:
             f.write(orjson.dumps(self.paths))
-        return adds
 
     def discard(self) -> None:
         delete_files(self.fs, self.root, self.paths)
@@ -460,10 +475,10 @@ def run_planned(
     """Run ``plan`` (Spark jobs + staging) for ``txn``; on any failure nothing stays behind.
     A typed error a task raised (ConstraintViolationError...) is raised as itself.
 
-    DELETE, UPDATE and MERGE in Spark jobs do not write change data yet: on a table with
-    the change data feed on they are refused (UnsupportedProtocolError naming
-    ``changeDataFeed``) before anything is written; the Python API writes it."""
-    if name != "OPTIMIZE" and txn.change_data_enabled:
+    MERGE in Spark jobs does not write change data yet: on a table with the change data
+    feed on it is refused (UnsupportedProtocolError naming ``changeDataFeed``) before
+    anything is written; the Python API writes it."""
+    if name == "MERGE" and txn.change_data_enabled:
         txn.abort()
         raise UnsupportedProtocolError(
             f"{name} in Spark jobs does not write change data yet, and {txn.table.uri} has "
@@ -489,6 +504,7 @@ def run_planned(
 
 
 def stage_adds(txn: Transaction, staged: StagedFiles, adds: Sequence[AddFile]) -> None:
-    """Hand the tasks' files to the transaction (which deletes them if the commit fails)."""
+    """Hand the tasks' files to the transaction (which deletes them if the commit fails);
+    change files the tasks wrote are already staged (:meth:`PlanBuilder.add_change_files`)."""
     txn.add_files(adds)
-    staged.finish({a.path for a in adds})
+    staged.finish({a.path for a in adds} | {c.path for c in txn.change_files})

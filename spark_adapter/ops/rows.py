@@ -12,12 +12,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator, Mapping, Sequence
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from eventlog.log.actions import AddFile
+from eventlog.files.change_data import CHANGE_TYPE_COLUMN, DELETE, UPDATE_POSTIMAGE, UPDATE_PREIMAGE
+from eventlog.log.actions import AddCDCFile, AddFile
 from eventlog.ops.transaction import Transaction
 from spark_adapter.errors import typed_task_errors
 from spark_adapter.native import tagged_rows
@@ -63,7 +65,7 @@ def rewrite_matching(
     use_dv = txn.deletion_vectors_enabled
     names = ctx.arrow_schema.names
     rows = read_files(spark, ctx, list(enumerate(files)))
-    rows = rows.withColumn(MATCH_COL, hit)
+    rows = source = rows.withColumn(MATCH_COL, hit)
     if values is not None:
         m = F.col(MATCH_COL)
         rows = rows.select(
@@ -88,6 +90,8 @@ def rewrite_matching(
     else:
         txn.remove_files(touched)
     counts = (sum(r.n1 for r in per_file), sum(r.n2 for r in per_file))
+    if per_file:
+        stage_changes(spark, ctx, txn, source, values)
     return touched, adds_of(results), counts
 
 
@@ -131,6 +135,7 @@ def _rewrite_natively(
         else:
             new_rows = again.select(*[_value(n, values, unless=~m) for n in names])
     adds = write_rows(spark, ctx, new_rows) if new_rows is not None else []
+    stage_changes(spark, ctx, txn, rows, values)
     return touched, adds, (matched, copied)
 
 
@@ -185,6 +190,63 @@ def _rewrite_task(
                     pa.concat_tables(pending, promote_options="default"), mode, check=mode != "delete"
                 )
                 results += add_results(-1, out.write(rows, data_change=True))
+    except BaseException:
+        out.discard()
+        raise
+    if results:
+        yield result_batch(results)
+
+
+# --------------------------------------------------------------------------- change data
+
+
+def stage_changes(
+    spark: SparkSession,
+    ctx: JobContext,
+    txn: Transaction,
+    rows: DataFrame,
+    values: Mapping[str, Column] | None,
+) -> None:
+    """The change data of a DELETE (``values`` None) or UPDATE on a table with the change data
+    feed on, written by one Spark job from ``rows`` (the scanned rows with MATCH_COL, before
+    any SET) and staged on ``txn``. A DELETE on a DV table needs none: readers take its
+    deletes from the DVs (:mod:`eventlog.files.change_data`)."""
+    if not txn.change_data_enabled or (values is None and txn.deletion_vectors_enabled):
+        return
+    names = ctx.arrow_schema.names
+    matched = rows.where(F.col(MATCH_COL))
+    old = [quoted(n) for n in names]
+    if values is None:
+        frame = matched.select(*old, F.lit(DELETE).alias(CHANGE_TYPE_COLUMN))
+    else:
+        pre = matched.select(*old, F.lit(UPDATE_PREIMAGE).alias(CHANGE_TYPE_COLUMN))
+        post = matched.select(
+            *[_value(n, values) for n in names], F.lit(UPDATE_POSTIMAGE).alias(CHANGE_TYPE_COLUMN)
+        )
+        frame = pre.unionByName(post)
+    out = frame.mapInArrow(functools.partial(_change_task, ctx), RESULT).collect()
+    txn.add_change_files(AddCDCFile.from_json(orjson.loads(r.payload)) for r in out if r.kind == "cdc")
+
+
+def _change_task(ctx: JobContext, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Write change rows as change files: new images are conformed as the UPDATE's written
+    rows are (generated columns computed again, constraints checked), old ones as stored."""
+    out = TaskOutput(ctx)
+    results: list[Result] = []
+    try:
+        with typed_task_errors():
+            table = pa.Table.from_batches(list(batches))
+            if table.num_rows:
+                kinds = table.column(CHANGE_TYPE_COLUMN)
+                new = pc.equal(kinds, UPDATE_POSTIMAGE)
+                parts = []
+                for mask, check in ((new, True), (pc.invert(new), False)):
+                    part = table.filter(mask)
+                    if part.num_rows:
+                        rows = ctx.conform(part.drop_columns([CHANGE_TYPE_COLUMN]), "update", check=check)
+                        parts.append(rows.append_column(CHANGE_TYPE_COLUMN, part.column(CHANGE_TYPE_COLUMN)))
+                cdc = out.write_changes(pa.concat_tables(parts, promote_options="default"))
+                results += [("cdc", -1, orjson.dumps(c.to_json()).decode(), 0, 0, None) for c in cdc]
     except BaseException:
         out.discard()
         raise

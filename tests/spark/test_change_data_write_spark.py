@@ -1,6 +1,7 @@
-"""Change data feed and Spark writes: the batch writer's appends and overwrites record their
-changes as the engine does; DELETE, UPDATE and MERGE in Spark jobs, which do not write
-change data yet, refuse a table with the feed on before writing anything."""
+"""Change data feed and Spark writes: the batch writer's appends and overwrites, and DELETE
+and UPDATE in Spark jobs, record their changes as the engine does; MERGE in Spark jobs,
+which does not write change data yet, refuses a table with the feed on before writing
+anything."""
 
 from __future__ import annotations
 
@@ -34,28 +35,50 @@ def test_spark_writer_records_changes(spark: Any, tmp_path: Path) -> None:
     assert _changes(uri, 2) == [(2, "insert", 3, 30), (3, "delete", 2, 20), (3, "insert", 2, 99)]
 
 
-def test_spark_dml_refuses_a_change_data_table_and_changes_nothing(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("dv", [False, True], ids=["rewrite", "dv"])
+def test_spark_delete_and_update_write_change_data(spark: Any, tmp_path: Path, dv: bool) -> None:
+    """In Spark jobs as in the engine: the changed rows in change files (a DELETE on a DV
+    table is left to the DVs); new images with their generated columns computed again."""
+    uri = str(tmp_path / "t")
+    schema = pa.schema([*SCHEMA, pa.field("w", pa.int64(), metadata={"delta.generationExpression": "v * 2"})])
+    props = {**CDF, "delta.enableDeletionVectors": str(dv).lower()}
+    t = Table.create(uri, schema, properties=props)
+    t.append(pa.table({"id": [1, 2, 3], "v": [10, 20, 30]}))
+    handle = EventlogTable.forPath(spark, uri)
+    handle.delete("id = 1")  # v2
+    handle.update("id = 3", {"v": "v + 1"})  # v3
+    assert [bool(_cdc(uri, v)) for v in (2, 3)] == [not dv, True]
+    assert _changes(uri, 2) == [
+        (2, "delete", 1, 10), (3, "update_postimage", 3, 31), (3, "update_preimage", 3, 30),
+    ]  # fmt: skip
+    post = pa.table(DeltaTable(uri).load_cdf(starting_version=3).read_all()).to_pylist()
+    assert sorted((r["_change_type"], r["w"]) for r in post) == [
+        ("update_postimage", 62),
+        ("update_preimage", 60),
+    ]
+    t.refresh()
+    assert sorted(t.to_arrow().column("id").to_pylist()) == [2, 3]
+    assert t.verify().ok
+
+
+def _cdc(uri: str, version: int) -> list[Any]:
+    text = (Path(uri) / "_delta_log" / f"{version:020d}.json").read_text()
+    return [line for line in text.splitlines() if line.startswith('{"cdc"')]
+
+
+def test_spark_merge_refuses_a_change_data_table_and_changes_nothing(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     t = Table.create(uri, SCHEMA, properties=CDF)
     t.append(pa.table({"id": [1, 2], "v": [10, 20]}, schema=SCHEMA))
     handle = EventlogTable.forPath(spark, uri)
     source = spark.createDataFrame([(1, 5)], "id long, v long")
-    attempts = [
-        lambda: handle.delete("id = 1"),
-        lambda: handle.update("id = 1", {"v": "v + 1"}),
-        lambda: (
-            handle.alias("t")
-            .merge(source.alias("s"), "t.id = s.id")
-            .whenMatchedUpdate(set={"v": "s.v"})
-            .execute()
-        ),
-    ]
-    for attempt in attempts:
-        with pytest.raises(UnsupportedProtocolError) as err:
-            attempt()
-        assert err.value.features == ["changeDataFeed"]
-        assert "Python API" in str(err.value)
+    with pytest.raises(UnsupportedProtocolError) as err:
+        handle.alias("t").merge(source.alias("s"), "t.id = s.id").whenMatchedUpdate(
+            set={"v": "s.v"}
+        ).execute()
+    assert err.value.features == ["changeDataFeed"]
+    assert "Python API" in str(err.value)
     assert t.refresh().version == 1
     assert sorted(t.to_arrow().column("id").to_pylist()) == [1, 2]
     data_files = [p for p in Path(uri).rglob("*.parquet") if "_delta_log" not in p.parts]
-    assert len(data_files) == 1  # the append's: nothing written by the refused operations
+    assert len(data_files) == 1  # the append's: nothing written by the refused MERGE
