@@ -25,10 +25,11 @@ from typing import Any
 import fsspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyroaring import BitMap64
 
 from eventlog.files.deletion_vectors import read_deletion_vector
-from eventlog.files.reader import read_data_files
+from eventlog.files.reader import FILE_INDEX, read_data_files
 from eventlog.files.scan import FileScan, read_live_rows
 from eventlog.log.actions import AddFile, DeletionVectorDescriptor
 
@@ -88,11 +89,9 @@ class ChangeFile:
         )
 
 
-def _tagged(file: AddFile, version: int, change_type: str | None) -> AddFile:
+def _tagged(file: AddFile, version: int, change_type: str) -> AddFile:
     """``file`` with the change columns as partition values (read as constant columns)."""
-    values = {**file.partition_values, COMMIT_VERSION: str(version)}
-    if change_type is not None:
-        values[CHANGE_TYPE] = change_type
+    values = {**file.partition_values, COMMIT_VERSION: str(version), CHANGE_TYPE: change_type}
     return dataclasses.replace(file, partition_values=values)
 
 
@@ -110,25 +109,43 @@ def read_change_rows(
     by commit version (a commit's rows in the order of its files). Partition columns come
     from each file's partition values, columns a file lacks are null."""
     fields = list(schema) if columns is None else [schema.field(c) for c in schema.names if c in columns]
-    read_schema = pa.schema([*fields, *change_columns()[:2]], metadata=schema.metadata)
-    wanted = [f.name for f in read_schema]
-    full = pa.schema([*schema, *change_columns()[:2]], metadata=schema.metadata)
-    cdc = [_tagged(f.file, f.version, None) for f in files if f.kind == "cdc"]
-    inferred = [_tagged(f.file, f.version, f.kind) for f in files if f.kind in ("insert", "delete")]
-    out: list[pa.Table] = []
-    if cdc:
-        out.append(read_data_files(fs, root, cdc, full, [*partition_columns, COMMIT_VERSION], columns=wanted))
-    if inferred:
-        tag_parts = [*partition_columns, COMMIT_VERSION, CHANGE_TYPE]
-        out.append(read_live_rows(fs, root, inferred, full, tag_parts, columns=wanted))
+    wanted = [f.name for f in fields]
+    change_type, version = change_columns()[:2]
+    full = pa.schema([*schema, change_type], metadata=schema.metadata)
+    parts = list(partition_columns)
+    # Files read whole, all in one scan: each row's file gives its version, and (for files
+    # read as inserted or deleted) its change type; change data files hold their own.
+    whole = [f for f in files if f.kind == "cdc" or (f.kind != "dv" and f.file.deletion_vector is None)]
+    rows = read_data_files(
+        fs, root, [f.file for f in whole], full, parts, columns=[*wanted, CHANGE_TYPE], file_index=True
+    )
+    index = rows.column(FILE_INDEX)
+    kinds = pa.array([None if f.kind == "cdc" else f.kind for f in whole], pa.string()).take(index)
+    out = [
+        rows.select(wanted)
+        .append_column(change_type, pc.coalesce(kinds, rows.column(CHANGE_TYPE)))
+        .append_column(version, pa.array([f.version for f in whole], pa.int64()).take(index))
+    ]
+    tagged = [*parts, COMMIT_VERSION, CHANGE_TYPE]
+    by_type = pa.schema([*schema, change_type, version], metadata=schema.metadata)
+    names = [*wanted, CHANGE_TYPE, COMMIT_VERSION]
+    live = [
+        _tagged(f.file, f.version, f.kind)
+        for f in files
+        if f.kind != "cdc" and f.kind != "dv" and f.file.deletion_vector is not None
+    ]
+    if live:
+        out.append(read_live_rows(fs, root, live, by_type, tagged, columns=names))
     for f in files:
         if f.kind == "dv":
-            out.extend(_dv_changes(fs, root, f, full, list(partition_columns), wanted))
-    if not out:
-        return read_schema.empty_table()
-    rows = pa.concat_tables([t.select(wanted) for t in out])
-    order = np.argsort(rows.column(COMMIT_VERSION).to_numpy(), kind="stable")
-    return rows.take(pa.array(order, pa.int64()))
+            out.extend(_dv_changes(fs, root, f, by_type, tagged, names))
+    table = pa.concat_tables([t.select(names) for t in out]) if len(out) > 1 else out[0]
+    order = np.argsort(table.column(COMMIT_VERSION).to_numpy(), kind="stable")
+    return table if _ascending(order) else table.take(pa.array(order, pa.int64()))
+
+
+def _ascending(order: np.ndarray) -> bool:
+    return bool(np.all(order[1:] > order[:-1])) if len(order) > 1 else True
 
 
 def _dv_changes(
@@ -146,8 +163,7 @@ def _dv_changes(
         if not positions:
             continue
         plain = dataclasses.replace(change.file, deletion_vector=None)
-        scan = FileScan(fs, root, _tagged(plain, change.version, change_type), schema,
-                        [*partition_columns, COMMIT_VERSION, CHANGE_TYPE])  # fmt: skip
+        scan = FileScan(fs, root, _tagged(plain, change.version, change_type), schema, partition_columns)
         index = np.fromiter(positions, dtype=np.int64, count=len(positions))
         yield scan.rows_at(index, columns)
 

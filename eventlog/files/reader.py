@@ -32,7 +32,10 @@ from eventlog.files.stats import _has_minmax
 from eventlog.log.actions import AddFile
 from eventlog.log.storage import whole_file_options
 
-__all__ = ["DataFileReader", "data_file_path", "read_data_files"]
+__all__ = ["FILE_INDEX", "DataFileReader", "data_file_path", "read_data_files"]
+
+FILE_INDEX = "__file_index"  # read_data_files(file_index=True): each row's file
+_FRAGMENT_INDEX = "__fragment_index"  # the dataset scanner's own (the file's in the dataset)
 
 _FETCH_BATCH_BYTES = 256 * 1024 * 1024  # compressed bytes fetched per batch (non-local fs)
 _FETCH_THREADS = 16
@@ -59,6 +62,7 @@ def read_data_files(
     *,
     columns: Sequence[str] | None = None,
     filter: pc.Expression | None = None,
+    file_index: bool = False,
 ) -> pa.Table:
     """Read ``files`` as one table with exactly ``schema`` (or ``columns``, in schema order).
 
@@ -66,13 +70,15 @@ def read_data_files(
     are null; ``filter`` (over column names, partition columns included) is applied with
     Parquet row-group and partition pruning. A column-mapped ``schema``
     (:mod:`eventlog.files.column_mapping`) is read by physical names and returned under
-    logical ones (a ``filter`` then applies after the read).
+    logical ones (a ``filter`` then applies after the read). ``file_index``: a last column
+    :data:`FILE_INDEX` (int32) gives each row's file, as its index in ``files``; rows come
+    file by file, in the order of ``files``.
     """
     if cm.is_mapped(schema):
-        return _read_mapped(fs, root, files, schema, partition_columns, columns, filter)
+        return _read_mapped(fs, root, files, schema, partition_columns, columns, filter, file_index)
     out_schema = _out_schema(schema, partition_columns, columns)
     if not files:
-        return out_schema.empty_table()
+        return _with_index_field(out_schema).empty_table() if file_index else out_schema.empty_table()
     part_types = {c: schema.field(c).type for c in partition_columns}
     cache: dict[tuple[tuple[str, str | None], ...], pc.Expression] = {}
     expressions: list[pc.Expression] = []
@@ -85,12 +91,21 @@ def read_data_files(
         expressions.append(expr)
     paths = [data_file_path(fs, root, add.path) for add in files]
     full_schema = pa.schema(list(schema))
+    names = [*out_schema.names, _FRAGMENT_INDEX] if file_index else out_schema.names
     try:
-        table = _read(fs, files, paths, expressions, full_schema, out_schema.names, filter, partition_columns)
+        table = _read(fs, files, paths, expressions, full_schema, names, filter, partition_columns)
     except FileNotFoundError as exc:
         missing = next((p for p in paths if not fs.exists(p)), str(exc))
         raise DataFileNotFoundError(root, missing, None) from exc
-    return _exact_types(table, out_schema)
+    if not file_index:
+        return _exact_types(table, out_schema)
+    index = table.column(_FRAGMENT_INDEX)
+    typed = _exact_types(table.drop_columns([_FRAGMENT_INDEX]), out_schema)
+    return typed.append_column(pa.field(FILE_INDEX, pa.int32()), index)
+
+
+def _with_index_field(schema: pa.Schema) -> pa.Schema:
+    return schema.append(pa.field(FILE_INDEX, pa.int32()))
 
 
 def _read_mapped(
@@ -101,6 +116,7 @@ def _read_mapped(
     partition_columns: Sequence[str],
     columns: Sequence[str] | None,
     filter: pc.Expression | None,
+    file_index: bool = False,
 ) -> pa.Table:
     """:func:`read_data_files` of a column-mapped table: the files' physical columns (partition
     values keyed by physical names too), renamed to the logical ``schema``."""
@@ -110,21 +126,29 @@ def _read_mapped(
     wanted = None if columns is None or filter is not None else [to_physical[c] for c in out_schema.names]
     parts = [to_physical[c] for c in partition_columns]
     by_name, by_id = list(files), []
+    positions = list(range(len(files)))  # of the files read by name, in ``files``
     if cm.is_id_mode(schema):  # id mode: a file may hold a column under another name
         renames = [cm.resolve_by_id(_file_schema(fs, root, add), physical) for add in files]
         by_name = [add for add, r in zip(files, renames, strict=True) if not r]
-        by_id = [(add, r) for add, r in zip(files, renames, strict=True) if r]
-    tables = [read_data_files(fs, root, by_name, physical, parts, columns=wanted)]
-    for add, rename in by_id:
+        positions = [i for i, r in enumerate(renames) if not r]
+        by_id = [(i, add, r) for i, (add, r) in enumerate(zip(files, renames, strict=True)) if r]
+    tables = [read_data_files(fs, root, by_name, physical, parts, columns=wanted, file_index=file_index)]
+    if file_index and by_id:
+        index = pa.array(positions, pa.int32()).take(tables[0].column(FILE_INDEX))
+        tables[0] = tables[0].set_column(tables[0].num_columns - 1, FILE_INDEX, index)
+    for i, add, rename in by_id:
         # This file's own names for the columns it holds by id, renamed back after the read.
         own = pa.schema([f.with_name(rename.get(f.name, f.name)) for f in physical])
         cols = None if wanted is None else [rename.get(c, c) for c in wanted]
         read = read_data_files(fs, root, [add], own, parts, columns=cols)
+        if file_index:
+            read = read.append_column(FILE_INDEX, pa.array([i] * read.num_rows, pa.int32()))
         tables.append(pa.Table.from_arrays(read.columns, schema=tables[0].schema))  # same positions
     table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-    table = cm.to_logical(table, pa.schema(list(schema)) if wanted is None else out_schema)
+    logical = pa.schema(list(schema)) if wanted is None else out_schema
+    table = cm.to_logical(table, _with_index_field(logical) if file_index else logical)
     if filter is not None:
-        table = table.filter(filter).select(out_schema.names)
+        table = table.filter(filter).select([*out_schema.names, *([FILE_INDEX] if file_index else [])])
     return table
 
 
@@ -224,7 +248,13 @@ def _read_via_fsspec(
             for blob, expr in zip(blobs, expressions[start:end], strict=True)
         ]
         dataset = ds.FileSystemDataset(fragments, schema=schema, format=_PARQUET_FORMAT)
-        tables.append(dataset.to_table(columns=columns, filter=filter))
+        table = dataset.to_table(columns=columns, filter=filter)
+        if start and _FRAGMENT_INDEX in columns:  # fragments of this batch count from its start
+            i = columns.index(_FRAGMENT_INDEX)
+            table = table.set_column(
+                i, _FRAGMENT_INDEX, pc.add(table.column(i), pa.scalar(start, pa.int32()))
+            )
+        tables.append(table)
         start = end
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
