@@ -63,6 +63,7 @@ from eventlog.errors import (
 from eventlog.expr import Expr, Literal, evaluate_mask
 from eventlog.files.column_mapping import physical_name, strip
 from eventlog.files.pruning import partition_strings, prune_table, typed_partition_values
+from eventlog.log import in_commit_timestamps as ict
 from eventlog.log.actions import (
     AddFile,
     CommitInfo,
@@ -83,7 +84,13 @@ from eventlog.txn.rowlevel import CompactionSource, DvUpdate, RowLevelState
 # Configuration changes a concurrent commit may make without failing writers in flight:
 # enabling features whose writers stay compatible (Delta's allow-list, reduced to the
 # features this library implements). Every other property change is a metadata conflict.
-_ALLOWED_CONCURRENT_PROPERTY_CHANGES: Mapping[str, str] = {"delta.enableDeletionVectors": "true"}
+_ALLOWED_CONCURRENT_PROPERTY_CHANGES: Mapping[str, str] = {
+    "delta.enableDeletionVectors": "true",
+    ict.ENABLE_KEY: "true",
+}
+# Properties a winner may add with any value: where in-commit timestamps begin (the loser is
+# dated after the winner when it is staged again: eventlog.txn.attempt).
+_ALLOWED_NEW_PROPERTIES = frozenset({ict.ENABLEMENT_VERSION_KEY, ict.ENABLEMENT_TIMESTAMP_KEY})
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,6 +360,8 @@ def _check_metadata(txn: TransactionSummary, winner: WinningCommit) -> Transacti
         raise _conflict(MetadataChangedException, txn, winner)
     for key, value in new.configuration.items():
         if old.configuration.get(key) == value:
+            continue
+        if key in _ALLOWED_NEW_PROPERTIES and key not in old.configuration:
             continue
         if _ALLOWED_CONCURRENT_PROPERTY_CHANGES.get(key) != value:
             raise _conflict(MetadataChangedException, txn, winner)

@@ -148,6 +148,23 @@ def test_rebase_over_a_winner_takes_the_timestamp_again(local_uri: str, clock: C
     assert sorted_ids(t) == [1, 2]
 
 
+def test_a_write_in_flight_when_timestamps_are_enabled_commits_after_with_one(
+    local_uri: str, clock: Clock
+) -> None:
+    """Enabling in-commit timestamps is on Delta's allow-list: a concurrent write is rebased,
+    not failed, and carries a timestamp after the enabling commit's."""
+    Table.create(local_uri, SCHEMA)
+    loser = Table.open(local_uri).transaction()
+    loser.delete("id = 1")  # read the whole table at version 0
+    clock.now = BASE + 5000
+    assert Table.open(local_uri).set_properties(ON).version == 1
+    clock.now = BASE  # the loser's clock is behind
+    result = loser.commit()
+    assert (result.version, result.attempts) == (2, 2)
+    assert icts(local_uri, range(3)) == [None, BASE + 5000, BASE + 5001]
+    assert Table.open(local_uri).properties[ict.ENABLEMENT_VERSION_KEY] == "1"
+
+
 def test_group_commit_dates_the_combined_commit(local_uri: str, clock: Clock, monkeypatch: Any) -> None:
     Table.create(local_uri, SCHEMA, properties=ON)
     txns = []
