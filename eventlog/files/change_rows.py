@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap64
 
+from eventlog.files.change_data import CHANGE_TYPE_COLUMN
 from eventlog.files.deletion_vectors import read_deletion_vector
 from eventlog.files.reader import FILE_INDEX, read_data_files
 from eventlog.files.scan import FileScan, read_live_rows
@@ -43,7 +44,7 @@ __all__ = [
     "read_change_rows",
 ]
 
-CHANGE_TYPE = "_change_type"
+CHANGE_TYPE = CHANGE_TYPE_COLUMN
 COMMIT_VERSION = "_commit_version"
 COMMIT_TIMESTAMP = "_commit_timestamp"
 KINDS = ("cdc", "insert", "delete", "dv")

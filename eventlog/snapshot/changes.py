@@ -45,6 +45,7 @@ from eventlog.errors import (
     VersionNotFoundError,
 )
 from eventlog.files import column_mapping as cm
+from eventlog.files.change_data import cdf_enabled
 from eventlog.files.change_rows import (
     COMMIT_VERSION,
     ChangeFile,
@@ -61,9 +62,7 @@ from eventlog.snapshot.timeline import timestamp_ms
 from eventlog.userinput import check_string_list
 
 __all__ = [
-    "CDF_KEY",
     "ChangePlan",
-    "cdf_enabled",
     "commit_timestamps",
     "output_schema",
     "plan_changes",
@@ -71,16 +70,10 @@ __all__ = [
     "resolve_range",
 ]
 
-CDF_KEY = "delta.enableChangeDataFeed"
 UNMONOTONIZED = 100  # Delta's DeltaHistoryManager.POTENTIALLY_UNMONOTONIZED_TIMESTAMPS
 _MERGE_ROW_METRICS = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
 
 Timestamp = dt.datetime | str | int
-
-
-def cdf_enabled(configuration: Mapping[str, str]) -> bool:
-    """Whether a table with these properties records change data."""
-    return str(configuration.get(CDF_KEY, "")).strip().lower() == "true"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,12 +12,7 @@ import pytest
 
 from eventlog import Table
 from eventlog.cli import main
-
-
-@pytest.fixture(autouse=True)
-def _plain_output(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "COLUMNS", "EVENTLOG_SLOTS", "EVENTLOG_AUDIT_KEY"):
-        monkeypatch.delenv(name, raising=False)
+from tests.eventlog.test_cli import _plain_output  # noqa: F401  (autouse: plain output, no outside settings)
 
 
 @pytest.fixture
