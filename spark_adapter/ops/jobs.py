@@ -27,6 +27,7 @@ from typing import Any, cast
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -38,10 +39,9 @@ from eventlog.errors import (
     InvalidInputError,
     PredicateError,
     UnknownColumnError,
-    UnsupportedProtocolError,
 )
 from eventlog.files import column_mapping as cm
-from eventlog.files.change_data import ChangeRecorder
+from eventlog.files.change_data import CHANGE_TYPE_COLUMN, ChangeRecorder
 from eventlog.files.constraints import WriteRules
 from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE, delete_files, write_data_files
 from eventlog.files.enforce import conform
@@ -61,6 +61,7 @@ from spark_adapter.native import tagged_rows
 log = logging.getLogger(__name__)
 
 FILE_COL = "__eventlog_file"  # index of the row's file in the operation's scan result
+CHANGE_COL = "__eventlog_change"  # a written row's change type for the change data (or null)
 POS_COL = "__eventlog_pos"  # physical row position in that file (what a DV addresses)
 STAGING_DIR = "_eventlog/spark-staging"
 _BATCH_ROWS = 65_536
@@ -393,16 +394,25 @@ def write_rows_generating(
     identity: IdentityFlags | None,
     *,
     data_change: bool = True,
-) -> tuple[list[AddFile], list[IdentityRange]]:
+) -> tuple[list[AddFile], list[IdentityRange], list[AddCDCFile]]:
     """:func:`write_rows`, the tasks also reserving identity values for the flagged rows
     (:meth:`eventlog.table.identity.TaskIdentity.fill_flagged`: one range per task and
-    column); the ranges, for the driver's ``txn.record_identity``."""
+    column); the ranges, for the driver's ``txn.record_identity``. Rows whose CHANGE_COL
+    (when ``rows`` has it) is not null are also written as change data, as written: the
+    change files, for the driver's ``txn.add_change_files``."""
     names = ctx.arrow_schema.names
     extra = list(identity.flags.values()) if identity is not None else []
+    if CHANGE_COL in rows.columns:
+        extra.append(CHANGE_COL)
     task = functools.partial(_write_task, ctx, data_change, identity)
     out = rows.select(*[quoted(n) for n in (*names, *extra)]).mapInArrow(task, RESULT).collect()
     ranges = [r for row in out if row.kind == "identity" for r in ranges_from_json(orjson.loads(row.payload))]
-    return adds_of(out), ranges
+    return adds_of(out), ranges, change_files_of(out)
+
+
+def change_files_of(rows: Sequence[Any]) -> list[AddCDCFile]:
+    """The change files tasks reported (``("cdc", -1, AddCDCFile JSON)`` results)."""
+    return [AddCDCFile.from_json(orjson.loads(r.payload)) for r in rows if r.kind == "cdc"]
 
 
 def _write_task(
@@ -416,9 +426,20 @@ def _write_task(
 
     def flush() -> list[Result]:
         rows = pa.Table.from_batches(buffer)
+        kinds = None
+        if CHANGE_COL in rows.column_names:  # each row's change type (null: not a change)
+            kinds = rows.column(CHANGE_COL)
+            rows = rows.drop_columns([CHANGE_COL])
         if ids is not None and identity is not None:
             rows = ids.fill_flagged(rows, ctx.arrow_schema, identity.flags)
-        return add_results(-1, out.write(ctx.conform(rows, "write"), data_change=data_change))
+        rows = ctx.conform(rows, "write")
+        results = add_results(-1, out.write(rows, data_change=data_change))
+        if kinds is not None:  # the change data of these rows, as written (identity values too)
+            changed = pc.is_valid(kinds)
+            changes = rows.append_column(CHANGE_TYPE_COLUMN, kinds).filter(changed)
+            cdc = out.write_changes(changes)
+            results += [("cdc", -1, orjson.dumps(c.to_json()).decode(), 0, 0, None) for c in cdc]
+        return results
 
     try:
         with typed_task_errors():
@@ -473,19 +494,7 @@ def run_planned(
     regenerate: Sequence[str] = (),
 ) -> PendingCommit:
     """Run ``plan`` (Spark jobs + staging) for ``txn``; on any failure nothing stays behind.
-    A typed error a task raised (ConstraintViolationError...) is raised as itself.
-
-    MERGE in Spark jobs does not write change data yet: on a table with the change data
-    feed on it is refused (UnsupportedProtocolError naming ``changeDataFeed``) before
-    anything is written; the Python API writes it."""
-    if name == "MERGE" and txn.change_data_enabled:
-        txn.abort()
-        raise UnsupportedProtocolError(
-            f"{name} in Spark jobs does not write change data yet, and {txn.table.uri} has "
-            "delta.enableChangeDataFeed = true: run it through the Python API "
-            "(eventlog.Table), which writes the table's change data",
-            features=["changeDataFeed"],
-        )
+    A typed error a task raised (ConstraintViolationError...) is raised as itself."""
     ctx = JobContext.of(txn, regenerate)
     staged = StagedFiles(ctx)
     describe(spark, f"eventlog {name} {txn.table.uri}")

@@ -32,6 +32,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from eventlog import Table
 from eventlog.errors import IdentityColumnError
+from eventlog.files.change_data import CHANGE_TYPE_COLUMN, DELETE, INSERT, UPDATE_POSTIMAGE, UPDATE_PREIMAGE
 from eventlog.files.generated import generated_columns
 from eventlog.files.identity import check_no_explicit_values, check_not_assigned, identity_columns
 from eventlog.log.actions import AddFile
@@ -50,6 +51,7 @@ from eventlog.ops.mergeplan import (
 from eventlog.ops.transaction import Transaction
 from eventlog.txn.transaction import CommitResult
 from spark_adapter.ops.jobs import (
+    CHANGE_COL,
     FILE_COL,
     POS_COL,
     IdentityFlags,
@@ -64,6 +66,7 @@ from spark_adapter.ops.jobs import (
     to_column,
     write_rows_generating,
 )
+from spark_adapter.ops.rows import stage_change_rows
 
 _KIND = "__eventlog_kind"  # U(pdate), D(elete), I(nsert), or null (matched, no clause applies)
 _MATCHED = "__eventlog_matched_clause"
@@ -249,6 +252,8 @@ class SparkMergeBuilder:
             F.coalesce(F.col(_INSERT).isin(clauses), F.lit(False)).alias(_flag(i))
             for i, clauses in enumerate(self._generate.values())
         ]
+        # With the change data feed on, the target's old values ride along (old images).
+        old = [quoted(n, ta).alias(_old(i)) for i, n in enumerate(names)] if txn.change_data_enabled else []
         tagged = joined.select(
             kind.alias(_KIND),
             quoted(_SRC, self._source_alias).alias(_SRC),
@@ -256,6 +261,7 @@ class SparkMergeBuilder:
             quoted(POS_COL, ta).alias(POS_COL),
             *[value(n) for n in names],
             *flags,
+            *old,
         )
         # Two jobs read the joined rows: compute the join once (and see one consistent
         # version of a non-deterministic source).
@@ -309,25 +315,46 @@ class SparkMergeBuilder:
         updated = sum(r.u for r in summary)
         inserted = sum(r.i for r in summary)
         flags = {column: _flag(i) for i, column in enumerate(self._generate)}
+        deleted = sum(r.d for r in summary)
+        # Change files when a change is row-level (Delta's rule, eventlog.files.change_data):
+        # the write tasks record the new and inserted rows as written, one more job the old.
+        changes = txn.change_data_enabled and bool(updated or (deleted and not use_dv))
+        tag = []
+        if changes:
+            tag = [F.when(k == "U", F.lit(UPDATE_POSTIMAGE)).otherwise(F.lit(INSERT)).alias(CHANGE_COL)]
         parts: list[DataFrame] = []
         if updated or inserted:
             parts.append(
-                tagged.where(k.isin("U", "I")).select(*[quoted(n) for n in (*names, *flags.values())])
+                tagged.where(k.isin("U", "I")).select(*[quoted(n) for n in (*names, *flags.values())], *tag)
             )
         if touched and not use_dv:
             keys = tagged.where(changed).select(FILE_COL, POS_COL).distinct()
             kept = scan_files(spark, ctx, txn, [(fid, files[fid]) for fid in touched])
+            copied = [F.lit(None).cast("string").alias(CHANGE_COL)] if changes else []
             parts.append(
                 kept.join(keys, [FILE_COL, POS_COL], "left_anti").select(
-                    *[quoted(n) for n in names], *[F.lit(False).alias(f) for f in flags.values()]
+                    *[quoted(n) for n in names], *[F.lit(False).alias(f) for f in flags.values()], *copied
                 )
+            )
+        if changes:
+            old_images = tagged.where(changed).dropDuplicates([FILE_COL, POS_COL])
+            stage_change_rows(
+                ctx,
+                txn,
+                old_images.select(
+                    *[quoted(_old(i)).alias(n) for i, n in enumerate(names)],
+                    F.when(k == "U", F.lit(UPDATE_PREIMAGE))
+                    .otherwise(F.lit(DELETE))
+                    .alias(CHANGE_TYPE_COLUMN),
+                ),
             )
         adds: list[AddFile] = []
         if parts:
             identity = IdentityFlags(cast(str | None, self._slots), flags) if flags else None
             rows = functools.reduce(DataFrame.unionByName, parts)
-            adds, ranges = write_rows_generating(spark, ctx, rows, identity)
+            adds, ranges, cdc = write_rows_generating(spark, ctx, rows, identity)
             txn.record_identity(ranges)  # the commit moves the marks and records the ranges
+            txn.add_change_files(cdc)
         if use_dv:
             # Old images of updated rows and deleted rows become DV deletes.
             stage_dv_deletes(
@@ -368,6 +395,11 @@ def _check_identity(
             if column.name.lower() not in given:
                 generate.setdefault(column.name, []).append(index)
     return generate
+
+
+def _old(index: int) -> str:
+    """The column holding target column ``index``'s old value (change data)."""
+    return f"__eventlog_old_{index}"
 
 
 def _flag(index: int) -> str:

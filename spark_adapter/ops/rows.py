@@ -19,7 +19,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from eventlog.files.change_data import CHANGE_TYPE_COLUMN, DELETE, UPDATE_POSTIMAGE, UPDATE_PREIMAGE
-from eventlog.log.actions import AddCDCFile, AddFile
+from eventlog.log.actions import AddFile
 from eventlog.ops.transaction import Transaction
 from spark_adapter.errors import typed_task_errors
 from spark_adapter.native import tagged_rows
@@ -32,6 +32,7 @@ from spark_adapter.ops.jobs import (
     TaskOutput,
     add_results,
     adds_of,
+    change_files_of,
     quoted,
     read_files,
     result_batch,
@@ -224,8 +225,14 @@ def stage_changes(
             *[_value(n, values) for n in names], F.lit(UPDATE_POSTIMAGE).alias(CHANGE_TYPE_COLUMN)
         )
         frame = pre.unionByName(post)
+    stage_change_rows(ctx, txn, frame)
+
+
+def stage_change_rows(ctx: JobContext, txn: Transaction, frame: DataFrame) -> None:
+    """Write change rows (the table's columns and ``_change_type``) as change files in
+    Spark tasks, and stage them on ``txn``."""
     out = frame.mapInArrow(functools.partial(_change_task, ctx), RESULT).collect()
-    txn.add_change_files(AddCDCFile.from_json(orjson.loads(r.payload)) for r in out if r.kind == "cdc")
+    txn.add_change_files(change_files_of(out))
 
 
 def _change_task(ctx: JobContext, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

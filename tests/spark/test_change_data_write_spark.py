@@ -1,7 +1,5 @@
-"""Change data feed and Spark writes: the batch writer's appends and overwrites, and DELETE
-and UPDATE in Spark jobs, record their changes as the engine does; MERGE in Spark jobs,
-which does not write change data yet, refuses a table with the feed on before writing
-anything."""
+"""Change data feed and Spark writes: the batch writer's appends and overwrites, and DELETE,
+UPDATE and MERGE in Spark jobs, record their changes as the engine does."""
 
 from __future__ import annotations
 
@@ -12,7 +10,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from eventlog import Table, UnsupportedProtocolError
+from eventlog import Table
 from spark_adapter import EventlogTable
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
@@ -66,19 +64,48 @@ def _cdc(uri: str, version: int) -> list[Any]:
     return [line for line in text.splitlines() if line.startswith('{"cdc"')]
 
 
-def test_spark_merge_refuses_a_change_data_table_and_changes_nothing(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("dv", [False, True], ids=["rewrite", "dv"])
+def test_spark_merge_writes_change_data(spark: Any, tmp_path: Path, dv: bool) -> None:
+    """Old images and deletes from the target's rows, new images and inserts as the write
+    tasks wrote them (identity values included); a MERGE that only inserts, or on a DV
+    table only deletes, leaves its changes to the file actions."""
     uri = str(tmp_path / "t")
-    t = Table.create(uri, SCHEMA, properties=CDF)
-    t.append(pa.table({"id": [1, 2], "v": [10, 20]}, schema=SCHEMA))
+    identity = {
+        "delta.identity.start": "100",
+        "delta.identity.step": "1",
+        "delta.identity.allowExplicitInsert": "false",
+    }
+    schema = pa.schema([*SCHEMA, pa.field("n", pa.int64(), metadata=identity)])
+    t = Table.create(uri, schema, properties={**CDF, "delta.enableDeletionVectors": str(dv).lower()})
+    t.append(pa.table({"id": [1, 2, 3], "v": [10, 20, 30]}))  # n = 100, 101, 102
     handle = EventlogTable.forPath(spark, uri)
-    source = spark.createDataFrame([(1, 5)], "id long, v long")
-    with pytest.raises(UnsupportedProtocolError) as err:
-        handle.alias("t").merge(source.alias("s"), "t.id = s.id").whenMatchedUpdate(
-            set={"v": "s.v"}
-        ).execute()
-    assert err.value.features == ["changeDataFeed"]
-    assert "Python API" in str(err.value)
-    assert t.refresh().version == 1
-    assert sorted(t.to_arrow().column("id").to_pylist()) == [1, 2]
-    data_files = [p for p in Path(uri).rglob("*.parquet") if "_delta_log" not in p.parts]
-    assert len(data_files) == 1  # the append's: nothing written by the refused MERGE
+    source = spark.createDataFrame(
+        [(1, 11, False), (2, 0, True), (4, 40, False)], "id long, v long, gone boolean"
+    )
+    (
+        handle.alias("t")
+        .merge(source.alias("s"), "t.id = s.id")
+        .whenMatchedDelete("s.gone")
+        .whenMatchedUpdate(set={"v": "s.v"})
+        .whenNotMatchedInsert(values={"id": "s.id", "v": "s.v"})
+        .execute()
+    )  # v2
+    assert _cdc(uri, 2)
+    rows = pa.table(DeltaTable(uri).load_cdf(starting_version=2).read_all()).to_pylist()
+    t.refresh()
+    live = {r["id"]: r["n"] for r in t.to_arrow().to_pylist()}
+    assert live[4] > 102  # generated in the task (blocks: gaps are allowed)
+    assert sorted((r["_change_type"], r["id"], r["v"], r["n"]) for r in rows) == [
+        ("delete", 2, 20, 101), ("insert", 4, 40, live[4]),
+        ("update_postimage", 1, 11, 100), ("update_preimage", 1, 10, 100),
+    ]  # fmt: skip
+    inserts = spark.createDataFrame([(9, 90, False)], "id long, v long, gone boolean")
+    handle.alias("t").merge(inserts.alias("s"), "t.id = s.id").whenNotMatchedInsert(
+        values={"id": "s.id", "v": "s.v"}
+    ).execute()  # v3: inserts only
+    assert not _cdc(uri, 3)
+    assert [
+        (r["_change_type"], r["id"])
+        for r in pa.table(DeltaTable(uri).load_cdf(starting_version=3).read_all()).to_pylist()
+    ] == [("insert", 9)]
+    assert t.verify().ok
