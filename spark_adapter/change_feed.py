@@ -73,7 +73,10 @@ def is_change_feed_read(options: Mapping[str, str]) -> bool:
 
 
 def _version(options: Mapping[str, str], key: str) -> int | None:
-    value = option(options, key)
+    return _as_version(option(options, key), key)
+
+
+def _as_version(value: str | None, key: str) -> int | None:
     if value is None:
         return None
     try:
@@ -149,7 +152,10 @@ class ChangesPartition(InputPartition):  # type: ignore[misc]
 
 
 def _partitions(plan: ChangePlan) -> list[InputPartition]:
-    """The plan's files packed into input partitions by size (a commit may span two)."""
+    """The plan's files packed into input partitions by size (a commit may span two); one
+    empty partition when there are none (a batch read of a range without changes)."""
+    if not plan.files:
+        return [ChangesPartition([])]
     adds = [f.file for f in plan.files]
     groups = pack_files(adds, split_bytes(adds, _DEFAULT_SPLIT_BYTES))
     out: list[InputPartition] = []
@@ -245,7 +251,7 @@ class ChangeFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         start, _ = resolve_change_range(
             self.table.commitlog,
             latest,
-            _version({"startingVersion": self.starting_version or ""}, "startingVersion"),
+            _as_version(self.starting_version, "startingVersion"),
             start_timestamp=self.starting_timestamp,
         )
         return {"version": start - 1}

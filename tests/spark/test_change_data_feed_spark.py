@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,21 @@ def test_batch_read_by_timestamp(spark: Any, tmp_path: Path) -> None:
     start = times[0].isoformat()
     df = spark.read.format("eventlog").options(readChangeFeed="true", startingTimestamp=start).load(table.uri)
     assert _spark_rows(df) == _sorted(table.changes(start_timestamp=times[0]).to_pylist())
+    for version in range(5):  # commit v dated (v + 1) * 1,000 s after the epoch
+        ms = (version + 1) * 1_000_000
+        os.utime(Path(table.uri, "_delta_log", f"{version:020d}.json"), ns=(ms * 10**6, ms * 10**6))
+    between = {"startingTimestamp": "1970-01-01T00:33:40", "endingTimestamp": "1970-01-01T00:49:00"}
+    assert (
+        spark.read.format("eventlog")
+        .option("readChangeFeed", "true")
+        .options(**between)
+        .load(table.uri)
+        .count()
+        == 0
+    )
+    until = {"startingTimestamp": "1970-01-01T00:33:20", "endingTimestamp": "1970-01-01T00:50:00"}
+    df = spark.read.format("eventlog").option("readChangeFeed", "true").options(**until).load(table.uri)
+    assert _spark_rows(df) == _sorted(table.changes(1, 2).to_pylist())
 
 
 def test_batch_read_errors(spark: Any, tmp_path: Path) -> None:
