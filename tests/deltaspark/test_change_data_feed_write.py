@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from eventlog import Table
+from tests.support.change_data import delete_update_merge
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -26,16 +27,7 @@ def _delta_changes(spark: Any, path: str, start: int) -> list[tuple[int, str, in
 
 def _our_history(t: Table) -> None:
     t.append(pa.table({"id": [1, 2, 3, 4], "p": ["a", "a", "b", "b"], "v": [10, 20, 30, 40]}, schema=SCHEMA))
-    t.delete("id = 1")  # v2
-    t.update("id = 3", {"v": "v + 1"})  # v3
-    source = pa.table({"id": [2, 5, 4], "v": [200, 500, 0], "gone": [False, False, True]})
-    (
-        t.merge(source, "target.id = source.id")  # v4
-        .when_matched_delete("source.gone")
-        .when_matched_update(set={"v": "source.v"})
-        .when_not_matched_insert(values={"id": "source.id", "p": "'a'", "v": "source.v"})
-        .execute()
-    )
+    delete_update_merge(t)  # v2, v3, v4
     t.delete("p = 'b'")  # v5: whole files
     t.overwrite(pa.table({"id": [2], "p": ["a"], "v": [7]}, schema=SCHEMA), replace_where="id = 2")  # v6
 

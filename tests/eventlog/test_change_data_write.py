@@ -15,6 +15,7 @@ from deltalake import DeltaTable
 
 from eventlog import ConstraintViolationError, InvalidTablePropertyError, Table
 from eventlog.files.change_data import CHANGE_TYPE_COLUMN
+from tests.support.change_data import delete_update_merge
 
 CDF = {"delta.enableChangeDataFeed": "true"}
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("p", pa.string()), pa.field("v", pa.int64())])
@@ -50,16 +51,7 @@ def test_delete_update_merge_write_change_data_that_delta_rs_reads(
     local_uri: str, dv: bool, partitioned: bool
 ) -> None:
     t = _table(local_uri, dv=dv, partitioned=partitioned)
-    t.delete("id = 1")  # v2
-    t.update("id = 3", {"v": "v + 1"})  # v3
-    source = pa.table({"id": [2, 5, 4], "v": [200, 500, 0], "gone": [False, False, True]})
-    (
-        t.merge(source, "target.id = source.id")  # v4
-        .when_matched_delete("source.gone")
-        .when_matched_update(set={"v": "source.v"})
-        .when_not_matched_insert(values={"id": "source.id", "p": "'a'", "v": "source.v"})
-        .execute()
-    )
+    delete_update_merge(t)  # v2, v3, v4
     # a DELETE on a DV table is read from the DVs (Delta's writer does the same)
     assert [bool(_cdc_actions(local_uri, v)) for v in range(5)] == [False, False, not dv, True, True]
     for cdc in _cdc_actions(local_uri, 4):
