@@ -19,7 +19,8 @@ from eventlog.files.schema import canonical_schema, to_spark_schema_json
 from eventlog.files.type_widening import TYPE_WIDENING_PROPERTY
 from eventlog.log import in_commit_timestamps as ict
 from eventlog.log.actions import Protocol
-from eventlog.log.cleanup import AUDIT_RETENTION_KEY
+from eventlog.log.checkpoint_v2 import CHECKPOINT_POLICY_KEY
+from eventlog.log.cleanup import AUDIT_RETENTION_KEY, PROTECTION_KEY
 from eventlog.ops import columns
 from eventlog.snapshot.isolation import ISOLATION_LEVEL_KEY, IsolationLevel
 from eventlog.snapshot.protocol import DV_PROPERTY, upgrade
@@ -68,6 +69,12 @@ def validate_properties(properties: Mapping[str, str]) -> None:
             if not (value.isascii() and len(value) <= 100):
                 raise InvalidTablePropertyError(key, value, ["an interval such as 'interval 7 days'"])
             parse_interval_ms(value)
+        elif key == CHECKPOINT_POLICY_KEY:  # v2 adds the v2Checkpoint feature (upgrade)
+            if value not in ("classic", "v2"):
+                raise InvalidTablePropertyError(key, value, ["classic", "v2"])
+        elif key == PROTECTION_KEY:
+            if not (value.isascii() and value.isdigit() and len(value) <= 18):
+                raise InvalidTablePropertyError(key, value, ["a version (an integer >= 0)"])
         elif key == cm.MODE_KEY:
             if value.lower() not in cm.MODES:
                 raise InvalidTablePropertyError(key, value, list(cm.MODES))

@@ -59,6 +59,13 @@ def _property_true(key: str) -> Callable[[Metadata | None], bool]:
     return active
 
 
+def _property_value(key: str, value: str) -> Callable[[Metadata | None], bool]:
+    def active(metadata: Metadata | None) -> bool:
+        return metadata is None or str(metadata.configuration.get(key, "")).lower() == value
+
+    return active
+
+
 def _property_prefix(prefix: str) -> Callable[[Metadata | None], bool]:
     def active(metadata: Metadata | None) -> bool:
         return metadata is None or any(k.startswith(prefix) for k in metadata.configuration)
@@ -187,6 +194,7 @@ FEATURES: Mapping[str, TableFeature] = {
             legacy_writer=4,
             enabled_by="delta.enableChangeDataFeed",
             active=_property_true("delta.enableChangeDataFeed"),
+            note="row-level changes written as cdc actions and change files (eventlog.files.change_data)",
         ),
         _F(
             "generatedColumns",
@@ -194,7 +202,6 @@ FEATURES: Mapping[str, TableFeature] = {
             _S.FULL,
             _S.FULL,
             legacy_writer=4,
-            note="row-level changes written as cdc actions and change files (eventlog.files.change_data)",
             active=_field_metadata("delta.generationExpression"),
             implied_by_metadata=True,
             note="computed or checked on every write (eventlog.files.generated)",
@@ -228,9 +235,11 @@ FEATURES: Mapping[str, TableFeature] = {
             "v2Checkpoint",
             True,
             _S.FULL,
-            _S.NONE,
+            _S.FULL,
             enabled_by="delta.checkpointPolicy",
-            note="every checkpoint kind is read; writers would have to write V2 checkpoints",
+            active=_property_value("delta.checkpointPolicy", "v2"),
+            implied_by_metadata=True,
+            note="every checkpoint kind is read; V2 ones with sidecars written (eventlog.log.checkpoint_v2)",
         ),
         _F(
             "vacuumProtocolCheck",
@@ -258,7 +267,13 @@ FEATURES: Mapping[str, TableFeature] = {
             note="commitInfo first with a monotonic inCommitTimestamp (eventlog.log.in_commit_timestamps)",
         ),
         _F("clustering", False, _S.FULL, _S.NONE, requires=("domainMetadata",)),
-        _F("checkpointProtection", False, _S.FULL, _S.NONE),
+        _F(
+            "checkpointProtection",
+            False,
+            _S.FULL,
+            _S.FULL,
+            note="log cleanup keeps protected history (eventlog.log.cleanup)",
+        ),
         _F("typeWidening", True, _S.FULL, _S.FULL, enabled_by="delta.enableTypeWidening"),
         # The preview's tables (Delta 3.2) differ only in recording each change's tableVersion.
         _F("typeWidening-preview", True, _S.FULL, _S.FULL),
