@@ -56,6 +56,7 @@ from eventlog.files.schema import from_spark_schema_json
 from eventlog.log.actions import AddCDCFile, AddFile, CommitInfo, Metadata, RemoveFile
 from eventlog.log.commit import Commit
 from eventlog.log.commitlog import CommitLog
+from eventlog.log.in_commit_timestamps import in_commit_timestamp
 from eventlog.log.storage import LogStore, file_mtime_ms, parse_commit_file_name
 from eventlog.snapshot.loader import load_snapshot
 from eventlog.snapshot.timeline import timestamp_ms
@@ -102,11 +103,6 @@ class ChangePlan:
 # --------------------------------------------------------------------------- timestamps
 
 
-def _in_commit_timestamp(info: CommitInfo | None) -> int | None:
-    value = info.extra.get("inCommitTimestamp") if info is not None else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _commit_mtimes(log: LogStore, first: int, last: int) -> dict[int, int]:
     """Modification times of the commit files ``first..last`` that exist (one listing on
     object stores, one stat per file on local disk)."""
@@ -133,7 +129,7 @@ def _commit_mtimes(log: LogStore, first: int, last: int) -> dict[int, int]:
 def commit_timestamps(commitlog: CommitLog, commits: Sequence[Commit]) -> dict[int, int]:
     """Commit time (epoch ms) of each of ``commits`` (consecutive versions), as Delta's change
     data feed dates them (see the module docstring)."""
-    out = {c.version: ts for c in commits if (ts := _in_commit_timestamp(c.commit_info)) is not None}
+    out = {c.version: ts for c in commits if (ts := in_commit_timestamp(c.commit_info)) is not None}
     undated = [c.version for c in commits if c.version not in out]
     if not undated:
         return out
