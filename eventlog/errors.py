@@ -19,78 +19,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+# The root classes and the table-feature errors live in modules of their own, re-exported here.
+from eventlog.error_base import EventlogError as EventlogError
+from eventlog.error_base import InvalidInputError as InvalidInputError
+from eventlog.feature_errors import ChangeDataNotRecordedError as ChangeDataNotRecordedError
+from eventlog.feature_errors import FeatureDropError as FeatureDropError
+from eventlog.feature_errors import InvalidChangeRangeError as InvalidChangeRangeError
+
 DOC_LINK = "https://docs.delta.io/latest/concurrency-control.html"
-
-
-class EventlogError(Exception):
-    """Root of every error raised by :mod:`eventlog`.
-
-    Structured fields are set from the constructor's keyword arguments; the ones the
-    subclasses use are declared here so type checkers know them.
-    """
-
-    uri: str
-    version: int | None
-    line: int | None
-    requested: Any
-    earliest: int
-    latest: int
-    features: list[str]
-    columns: list[str]
-    column: str
-    available: list[str]
-    context: str
-    expression: str
-    key: str
-    value: str
-    allowed: list[str]
-    rows: int
-    attempts: int
-    start_version: int
-    last_attempted_version: int
-    elapsed_ms: float
-    txn_id: str
-    winning_version: int
-    operation: str
-    winning_commit_info: dict[str, Any]
-    partition: str | None
-    isolation_level: str | None
-    table: str
-    detail: str
-    conflict_type: str
-    argument: str
-    reason: str
-    position: int | None
-    differences: list[str]
-    anchored_digest: str | None
-    constraint: str
-    sample: list[dict[str, Any]]
-    values: dict[str, Any]
-    count: int
-    start: int
-    end: int | None
-
-    def __init__(self, message: str, **fields: Any) -> None:
-        super().__init__(message)
-        self.message = message
-        self._fields = dict(fields)
-        for key, value in fields.items():
-            setattr(self, key, value)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (type(self), self.message, self._fields, self.__cause__))
-
-    def __str__(self) -> str:
-        return self.message
-
-
-def _rebuild(
-    cls: type[EventlogError], message: str, fields: dict[str, Any], cause: BaseException | None
-) -> EventlogError:
-    err = cls.__new__(cls)
-    EventlogError.__init__(err, message, **fields)
-    err.__cause__ = cause
-    return err
 
 
 # --------------------------------------------------------------------------- table state
@@ -177,10 +113,6 @@ class UnsupportedProtocolError(EventlogError):
 
 
 # --------------------------------------------------------------------------- bad input
-
-
-class InvalidInputError(EventlogError):
-    """Bad user input, rejected before anything was written."""
 
 
 class SchemaMismatchError(InvalidInputError):
@@ -341,46 +273,6 @@ class NotNullViolationError(ConstraintViolationError, SchemaMismatchError):
             count=count,
             columns=columns,
         )
-
-
-class ChangeDataNotRecordedError(InvalidInputError):
-    """A change data feed read over versions without change data: the feed
-    (``delta.enableChangeDataFeed``) was off at the start version or turned off within the
-    range (Delta's ``DELTA_MISSING_CHANGE_DATA``). Fields: ``version`` (the first version
-    without change data), ``start`` and ``end`` (the range asked for)."""
-
-    error_class = "DELTA_MISSING_CHANGE_DATA"
-
-    def __init__(self, *, version: int, start: int, end: int) -> None:
-        EventlogError.__init__(
-            self,
-            f"[{self.error_class}] Error getting change data for range [{start} , {end}] as change "
-            f"data was not recorded for version [{version}]. If you've enabled change data feed on "
-            "this table, use `DESCRIBE HISTORY` to see when it was first enabled. Otherwise, to "
-            "start recording change data, set the table property delta.enableChangeDataFeed=true "
-            "(Table.set_properties).",
-            version=version,
-            start=start,
-            end=end,
-        )
-
-
-class InvalidChangeRangeError(InvalidInputError):
-    """A change data feed range that cannot be read: its end is before its start (Delta's
-    ``DELTA_INVALID_CDC_RANGE``) or its start is after the latest version
-    (``DELTA_CDC_START_VERSION_AFTER_LATEST``). Fields: ``start``, ``end`` (None when not
-    given), ``latest`` (the table's latest version) and ``reason`` (``"end before start"``,
-    ``"start after latest"``)."""
-
-    def __init__(self, *, start: int, end: int | None, latest: int, reason: str) -> None:
-        message = (
-            f"[DELTA_INVALID_CDC_RANGE] CDC range from start {start} to end {end} was invalid. "
-            "End cannot be before start."
-            if reason == "end before start"
-            else f"[DELTA_CDC_START_VERSION_AFTER_LATEST] Start version {start} for change data feed "
-            f"exceeds the latest table version {latest}."
-        )
-        EventlogError.__init__(self, message, start=start, end=end, latest=latest, reason=reason)
 
 
 # --------------------------------------------------------------------------- commits
