@@ -154,7 +154,7 @@ class _MergeClauses:
         touched_ids |= set(deletes.keys())
         touched = [files[i] for i in sorted(touched_ids)]
         if plan.change_data_enabled:
-            self._record_old_images(updates, deletes)
+            self._record_deletes(deletes)
         if plan.deletion_vectors_enabled:
             # Old images of updated rows and deleted rows become DV deletes; only the new
             # images are written.
@@ -186,12 +186,9 @@ class _MergeClauses:
             source_rows=self.source.num_rows,
         )
 
-    def _record_old_images(self, updates: pa.Table, deletes: dict[int, set[int]]) -> None:
-        """The change data of the target rows the MERGE updates (their old images) and deletes."""
-        t = self.target_alias
-        if updates.num_rows:
-            old = self._full_rows(updates[f"{t}.{_FILE}"], updates[f"{t}.{_ROW}"])
-            self._out.record_changes(UPDATE_PREIMAGE, old)
+    def _record_deletes(self, deletes: dict[int, set[int]]) -> None:
+        """The change data of the target rows the MERGE deletes (the old images of updated
+        rows are recorded as they are read, :meth:`_apply_matched`)."""
         if deletes:
             ids = [(fid, rid) for fid, rids in sorted(deletes.items()) for rid in sorted(rids)]
             fids = pa.chunked_array([pa.array([f for f, _ in ids], pa.int64())])
@@ -304,6 +301,7 @@ class _MergeClauses:
                     target_cols = pa.table({n: rows[f"{t}.{n}"] for n in self.target_schema.names})
                 else:  # the joined rows hold only the columns the MERGE reads
                     target_cols = self._full_rows(rows[f"{t}.{_FILE}"], rows[f"{t}.{_ROW}"])
+                self._out.record_changes(UPDATE_PREIMAGE, target_cols)  # change data: old images
                 new = apply_assignments(
                     target_cols,
                     None,
