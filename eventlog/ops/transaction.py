@@ -25,6 +25,7 @@ from eventlog.ops import (
     columns,
     constraints,
     dml,
+    drop_feature,
     identity_sync,
     optimize,
     reorg,
@@ -95,6 +96,21 @@ class Transaction(CoreTransaction):
     def reorg_purge(self, *, where: str | None = None, target_size: int | None = None) -> None:
         """REORG TABLE ... APPLY (PURGE): rewrite files with deletion vectors (:mod:`eventlog.ops.reorg`)."""
         self.run(lambda plan: reorg.reorg_purge(plan, where=where, target_size=target_size))
+
+    def drop_feature_traces(self, changes: Mapping[str, str | None]) -> None:
+        """DROP FEATURE's pre-downgrade property changes (:mod:`eventlog.ops.drop_feature`)."""
+        self.run(lambda plan: drop_feature.remove_traces(plan, changes))
+
+    def empty_commit(self) -> None:
+        self.run(drop_feature.empty_commit)
+
+    def downgrade_protocol(self, name: str, *, truncate_history: bool, protect: bool) -> None:
+        """DROP FEATURE's protocol downgrade (:mod:`eventlog.ops.drop_feature`)."""
+        self.run(
+            lambda plan: drop_feature.downgrade_protocol(
+                plan, name, truncate_history=truncate_history, protect=protect
+            )
+        )
 
     def restore(self, version: int) -> None:
         self.run(lambda plan: restore.restore(plan, version))

@@ -140,6 +140,12 @@ class TableFeature:
     # so that a schema or property change adds it (columnMapping, checkConstraints,
     # generatedColumns...); features turned on by ``enabled_by`` = "true" are added anyway.
     implied_by_metadata: bool = False
+    # DROP FEATURE (eventlog.ops.drop_feature): whether Delta allows dropping it (Delta's
+    # RemovableFeature) and whether this library implements the drop; ``disable`` are the
+    # table properties the pre-downgrade step sets (a value) or removes (None).
+    removable: bool = False
+    droppable: bool = False
+    disable: tuple[tuple[str, str | None], ...] = ()
 
     def needed_by(self, metadata: Metadata) -> bool:
         """Whether a table with ``metadata`` must list this feature in its protocol."""
@@ -184,6 +190,8 @@ FEATURES: Mapping[str, TableFeature] = {
             legacy_writer=3,
             active=_property_prefix("delta.constraints."),
             implied_by_metadata=True,
+            removable=True,
+            droppable=True,  # once no constraint remains
             note="enforced on every write (eventlog.files.constraints)",
         ),
         _F(
@@ -216,6 +224,7 @@ FEATURES: Mapping[str, TableFeature] = {
             enabled_by="delta.columnMapping.mode",
             active=_column_mapping,
             implied_by_metadata=True,
+            removable=True,  # Delta rewrites every file to logical names first; not done here
             note="eventlog.files.column_mapping: physical names in files, stats and partition values",
         ),
         _F(
@@ -228,9 +237,18 @@ FEATURES: Mapping[str, TableFeature] = {
             implied_by_metadata=True,
             note="values reserved through the slot store on every write (eventlog.txn.identity)",
         ),
-        _F("deletionVectors", True, _S.FULL, _S.FULL, enabled_by="delta.enableDeletionVectors"),
+        _F(
+            "deletionVectors",
+            True,
+            _S.FULL,
+            _S.FULL,
+            enabled_by="delta.enableDeletionVectors",
+            removable=True,
+            droppable=True,  # the property off, then REORG PURGE
+            disable=(("delta.enableDeletionVectors", "false"),),
+        ),
         _F("timestampNtz", True, _S.FULL, _S.FULL),
-        _F("domainMetadata", False, _S.FULL, _S.FULL),
+        _F("domainMetadata", False, _S.FULL, _S.FULL, removable=True),
         _F(
             "v2Checkpoint",
             True,
@@ -239,6 +257,9 @@ FEATURES: Mapping[str, TableFeature] = {
             enabled_by="delta.checkpointPolicy",
             active=_property_value("delta.checkpointPolicy", "v2"),
             implied_by_metadata=True,
+            removable=True,
+            droppable=True,  # the policy classic, then a classic checkpoint
+            disable=(("delta.checkpointPolicy", "classic"),),
             note="every checkpoint kind is read; V2 ones with sidecars written (eventlog.log.checkpoint_v2)",
         ),
         _F(
@@ -247,6 +268,8 @@ FEATURES: Mapping[str, TableFeature] = {
             _S.FULL,
             _S.FULL,
             note="asks only that VACUUM checks the writer protocol, which it does",
+            removable=True,
+            droppable=True,
         ),
         _F(
             "rowTracking",
@@ -255,6 +278,7 @@ FEATURES: Mapping[str, TableFeature] = {
             _S.NONE,
             requires=("domainMetadata",),
             enabled_by="delta.enableRowTracking",
+            removable=True,
             note="writers must assign row ids whenever the feature is supported",
         ),
         _F(
@@ -264,6 +288,13 @@ FEATURES: Mapping[str, TableFeature] = {
             _S.FULL,
             enabled_by="delta.enableInCommitTimestamps",
             active=_property_true("delta.enableInCommitTimestamps"),
+            removable=True,
+            droppable=True,
+            disable=(
+                ("delta.enableInCommitTimestamps", "false"),
+                ("delta.inCommitTimestampEnablementVersion", None),
+                ("delta.inCommitTimestampEnablementTimestamp", None),
+            ),
             note="commitInfo first with a monotonic inCommitTimestamp (eventlog.log.in_commit_timestamps)",
         ),
         _F("clustering", False, _S.FULL, _S.NONE, requires=("domainMetadata",)),
@@ -273,10 +304,11 @@ FEATURES: Mapping[str, TableFeature] = {
             _S.FULL,
             _S.FULL,
             note="log cleanup keeps protected history (eventlog.log.cleanup)",
+            removable=True,  # Delta: only with history truncation
         ),
-        _F("typeWidening", True, _S.FULL, _S.FULL, enabled_by="delta.enableTypeWidening"),
+        _F("typeWidening", True, _S.FULL, _S.FULL, enabled_by="delta.enableTypeWidening", removable=True),
         # The preview's tables (Delta 3.2) differ only in recording each change's tableVersion.
-        _F("typeWidening-preview", True, _S.FULL, _S.FULL),
+        _F("typeWidening-preview", True, _S.FULL, _S.FULL, removable=True),
         _F("variantType", True, _S.NONE, _S.NONE),
         _F("variantType-preview", True, _S.NONE, _S.NONE),
         _F("variantShredding-preview", True, _S.NONE, _S.NONE),

@@ -150,3 +150,31 @@ def _legacy_column_mapping(protocol: Protocol, missing: set[str]) -> Protocol | 
     reader = max(protocol.min_reader_version, FEATURES["columnMapping"].legacy_reader or 2)
     writer = max(protocol.min_writer_version, FEATURES["columnMapping"].legacy_writer or 5)
     return Protocol(reader, writer)
+
+
+_LEGACY_VERSIONS = ((1, 1), (1, 2), (1, 3), (1, 4), (2, 5), (2, 6))
+
+
+def downgrade(protocol: Protocol, name: str, *, add: tuple[str, ...] = ()) -> Protocol:
+    """``protocol`` without the feature ``name`` (and with the writer features ``add``), at the
+    lowest versions that describe the rest, as Delta's ``removeFeature`` and ``normalized``:
+    legacy versions when they imply exactly the remaining features ((1, 3) without
+    checkConstraints is (1, 2)), else (1, 7) or (3, 7) with explicit lists."""
+    remaining = (features_of(protocol) - {name}) | set(add)
+    for reader, writer in _LEGACY_VERSIONS:
+        legacy = Protocol(reader, writer)
+        if features_of(legacy) == remaining:
+            return legacy
+    listed = (
+        set(protocol.reader_features or ()) if protocol.min_reader_version >= MAX_READER_VERSION else set()
+    )
+    readers = {f for f in remaining if f in listed or (f in FEATURES and FEATURES[f].reader_writer)}
+    if not readers or readers <= _LEGACY_READER_FEATURES[2]:
+        reader = 2 if readers else 1
+        return Protocol(reader, MAX_WRITER_VERSION, writer_features=tuple(sorted(remaining)))
+    return Protocol(
+        MAX_READER_VERSION,
+        MAX_WRITER_VERSION,
+        reader_features=tuple(sorted(readers)),
+        writer_features=tuple(sorted(remaining)),
+    )

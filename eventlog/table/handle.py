@@ -53,6 +53,7 @@ from eventlog.snapshot.replay import diff as diff_snapshots
 from eventlog.snapshot.timeline import commit_history, timestamp_ms, version_at
 from eventlog.table.alter import AlterTable
 from eventlog.table.changes import TableChanges
+from eventlog.table.drop_feature import DropFeature
 from eventlog.txn.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from eventlog.txn.transaction import CommitResult
 from eventlog.userinput import (
@@ -62,7 +63,7 @@ from eventlog.userinput import (
 from lockstore import SlotStore
 
 
-class Table(AlterTable, TableChanges):
+class Table(AlterTable, TableChanges, DropFeature):
     """A Delta-compatible table; see the module docstring."""
 
     def __init__(
