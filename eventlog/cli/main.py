@@ -11,6 +11,7 @@
     eventlog optimize TABLE [--where SQL] [--zorder-by COLS]
     eventlog reorg TABLE --purge [--where SQL]
     eventlog restore TABLE N
+    eventlog drop-feature TABLE NAME [--truncate-history]
     eventlog slots status TABLE [--limit N]
     eventlog slots repair TABLE [--dry-run] [--limit N] [--accept-lost N]...
 
@@ -76,7 +77,8 @@ decimals as strings, binary as base64 and non-finite floats as "NaN"/"Infinity".
 * ``optimize``: ``{"table", "version", "operation", "metrics", "txn_id", "where",
   "zorder_by"}``; ``reorg``: ``{"table", "version", "operation", "metrics", "txn_id",
   "where", "purge"}``; ``restore``: ``{"table", "version", "operation", "metrics", "txn_id",
-  "restored_version"}``.
+  "restored_version"}``; ``drop-feature``: ``{"table", "version", "operation", "metrics",
+  "txn_id", "feature", "truncate_history"}``.
 * ``slots status``: ``{"table" (the slot key), "latest", "incomplete": [{"version",
   "txn_id", "owner", "staged", "age_seconds", "owner_alive"}], "sessions"}``.
 * ``slots repair``: ``{"table" (the slot key), "dry_run", "actions": [{"version",
@@ -147,6 +149,7 @@ for _name, _function in (
     ("optimize", maintenance.optimize),
     ("reorg", maintenance.reorg),
     ("restore", maintenance.restore),
+    ("drop-feature", maintenance.drop_feature),
 ):
     app.command(_name)(with_global_options(_function))
 

@@ -1,5 +1,5 @@
 """Subcommands that change the table or its slots: ``vacuum``, ``optimize``, ``reorg``,
-``restore``, ``slots status`` and ``slots repair``."""
+``restore``, ``drop-feature``, ``slots status`` and ``slots repair``."""
 
 from __future__ import annotations
 
@@ -114,6 +114,24 @@ def restore(
         result = t.restore(version)
         data = commit_json(t.uri, result)
         data["restored_version"] = version
+    emit(settings, data, _render_commit)
+
+
+def drop_feature(
+    settings: Settings,
+    uri: TableArg,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The table feature, e.g. deletionVectors.")],
+    truncate_history: Annotated[
+        bool,
+        typer.Option("--truncate-history", help="TRUNCATE HISTORY: the kept log must no longer use it."),
+    ] = False,
+) -> None:
+    """ALTER TABLE ... DROP FEATURE: remove the feature's traces, then downgrade the protocol."""
+    with settings.open(uri) as t:
+        with progress("Dropping"):
+            result = t.drop_feature(name, truncate_history=truncate_history)
+        data = commit_json(t.uri, result)
+        data.update({"feature": name, "truncate_history": truncate_history})
     emit(settings, data, _render_commit)
 
 
