@@ -191,6 +191,12 @@ class EventlogTable:
         driver, as RESTORE does)."""
         return self._table.reorg_purge(condition)
 
+    def dropFeature(self, featureName: str, truncateHistory: bool = False) -> CommitResult:
+        """``ALTER TABLE ... DROP FEATURE featureName [TRUNCATE HISTORY]``, as Delta's
+        ``DeltaTable.dropFeatureSupport`` (:meth:`eventlog.Table.drop_feature`; refusals are
+        ``FeatureDropError`` with ``feature`` and ``reason``)."""
+        return self._table.drop_feature(featureName, truncate_history=truncateHistory)
+
     def restoreToVersion(self, version: int) -> CommitResult:
         """Make ``version``'s files live again, as a new version (RESTORE)."""
         return self._table.restore(version)
