@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -145,10 +146,51 @@ def _in_set(value: Any, values: pa.Array, *, has_null: bool) -> Any:
     the list held a NULL (so that NOT IN never turns those rows TRUE)."""
     null = pa.scalar(None, _BOOL)
     if getattr(value, "null_count", None) == 0:  # arrays without NULL: one pass instead of three
-        hit = pc.is_in(value, value_set=values)
+        fixed = _fixed_width_in(value, values)
+        hit = fixed if fixed is not None else pc.is_in(value, value_set=values)
     else:
         hit = pc.if_else(pc.is_valid(value), pc.is_in(value, value_set=values), null)
     return pc.if_else(hit, True, null) if has_null else hit
+
+
+_WIDTHS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _fixed_width_in(value: Any, values: pa.Array) -> pa.Array | pa.ChunkedArray | None:
+    """``value IN values`` for strings that all have one byte width of 1, 2, 4 or 8 (codes such
+    as 'a', 'EU', 'EUR_'), compared as integers: several times faster than hashing each
+    string. None where that does not apply (the caller hashes)."""
+    if not (pa.types.is_string(values.type) or pa.types.is_binary(values.type)) or not len(values):
+        return None
+    chunks = value.chunks if isinstance(value, pa.ChunkedArray) else [value]
+    if not chunks or not all(pa.types.is_string(c.type) or pa.types.is_binary(c.type) for c in chunks):
+        return None
+    wanted = {len(v) for v in values.cast(pa.binary()).to_pylist()}
+    if len(wanted) != 1 or (width := wanted.pop()) not in _WIDTHS:
+        return None
+    lengths = pc.min_max(pc.binary_length(value))
+    if lengths["min"].as_py() != width or lengths["max"].as_py() != width:
+        return None
+    dtype = _WIDTHS[width]
+    codes = np.frombuffer(b"".join(values.cast(pa.binary()).to_pylist()), dtype=dtype)
+    out = []
+    for chunk in chunks:
+        offsets = np.frombuffer(
+            chunk.buffers()[1], dtype=np.int32, count=len(chunk) + 1, offset=chunk.offset * 4
+        )
+        start = int(offsets[0])
+        data = (
+            np.frombuffer(chunk.buffers()[2], dtype=dtype, count=len(chunk), offset=start)
+            if len(chunk)
+            else np.empty(0, dtype)
+        )
+        if width <= 2:  # a lookup table over every possible code: one gather
+            table = np.zeros(1 << (8 * width), dtype=bool)
+            table[codes] = True
+            out.append(pa.array(table[data], _BOOL))
+        else:
+            out.append(pa.array(np.isin(data, codes), _BOOL))
+    return pa.chunked_array(out, _BOOL) if isinstance(value, pa.ChunkedArray) else out[0]
 
 
 def _any(tests: list[Any]) -> Any:

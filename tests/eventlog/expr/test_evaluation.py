@@ -7,7 +7,10 @@ from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from eventlog.errors import PredicateError, UnknownColumnError
 from eventlog.expr import TRUE, Column, Literal, evaluate, evaluate_mask, parse_expression, parse_predicate
@@ -195,3 +198,35 @@ def test_a_timestamp_literal_compares_with_timestamp_ntz_as_spark_does_in_utc() 
     }
     for sql, expected in cases.items():
         assert evaluate_mask(parse_predicate(sql, schema), table).to_pylist() == expected, sql
+
+
+_CODES = {
+    1: ["a", "b", "c", "~"],
+    2: ["EU", "US", "é", "zz"],
+    3: ["abc", "xyz", "€"],
+    4: ["EUR_", "USD_", "😀"],
+    8: ["12345678", "abcdefgh", "ééééé"[:4]],
+}
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), width=st.sampled_from(sorted(_CODES)), odd=st.booleans())
+def test_string_in_lists_agree_with_hashing_whatever_the_widths(data: Any, width: int, odd: bool) -> None:
+    """``IN`` over strings of one byte width is compared as integers (a fast path): it must
+    give exactly what hashing gives, for any widths, chunking and slicing, and when one
+    value of another width makes the fast path step aside."""
+    pool = [c for c in _CODES[width] if len(c.encode()) == width] or _CODES[width]
+    rows = data.draw(st.lists(st.sampled_from(pool), max_size=40))
+    if odd:
+        rows.append("odd-width")
+    wanted = data.draw(st.lists(st.sampled_from([*pool, "q" * width]), min_size=1, max_size=4))
+    split = data.draw(st.integers(0, len(rows)))
+    sliced = data.draw(st.integers(0, split))
+    column = pa.chunked_array(
+        [pa.array(rows[:split], pa.string()).slice(sliced), pa.array(rows[split:], pa.string())]
+    )
+    table = pa.table({"s": column})
+    sql = "s IN (" + ", ".join(f"'{w}'" for w in wanted) + ")"
+    got = evaluate(parse_predicate(sql, table.schema), table)
+    expected = pc.is_in(table.column("s"), value_set=pa.array(wanted, pa.string()))
+    assert got.to_pylist() == expected.to_pylist()
