@@ -174,3 +174,26 @@ def test_a_read_of_a_table_with_a_reader_feature_we_lack_is_refused_by_name(loca
     with pytest.raises(UnsupportedProtocolError) as info:
         Table.open(local_uri)
     assert info.value.features == ["variantType"]
+
+
+def test_a_catalog_managed_table_is_refused_by_name_until_we_speak_the_catalog_protocol(
+    local_uri: str,
+) -> None:
+    """catalogManaged (coordinated commits): a catalog may have ratified commits that are not
+    in the log yet, so reading the log alone could miss them. Opening, reading and writing
+    are refused, naming the feature, and nothing is written."""
+    t = Table.create(local_uri, SCHEMA)
+    t.append(rows([1]))
+    _relabel(
+        t,
+        Protocol(3, 7, ("catalogManaged", "vacuumProtocolCheck"), ("catalogManaged", "vacuumProtocolCheck")),
+    )
+    before = sorted(os.listdir(Path(local_uri) / "_delta_log"))
+    with pytest.raises(UnsupportedProtocolError) as info:
+        Table.open(local_uri)
+    assert info.value.features == ["catalogManaged"]
+    assert "catalogManaged" in str(info.value)
+    with pytest.raises(UnsupportedProtocolError) as info:
+        t.append(rows([2]))
+    assert info.value.features == ["catalogManaged"]
+    assert sorted(os.listdir(Path(local_uri) / "_delta_log")) == before
