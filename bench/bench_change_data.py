@@ -24,7 +24,6 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 import numpy as np
 import pyarrow as pa
 
-from bench._common import Stat, cpu_seconds, machine_note, parse_args, print_table, ratio, rotated, verdict
+from bench._common import Stat, machine_note, parse_args, print_table, ratio, rotated, verdict, wall_and_cpu
 
 FILES = 10
 
@@ -95,9 +94,7 @@ def run_once(master: str, scratch: str, op: Callable[[object], object]) -> tuple
     shutil.rmtree(scratch, ignore_errors=True)
     shutil.copytree(master, scratch, symlinks=True)
     table = Table.open(scratch)
-    cpu0, wall0 = cpu_seconds(), time.perf_counter()
-    op(table)
-    wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0
+    wall, cpu = wall_and_cpu(lambda: op(table))
     table.close()
     return wall, cpu
 

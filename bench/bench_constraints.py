@@ -23,7 +23,6 @@ import datetime as dt
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
@@ -31,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 import numpy as np
 import pyarrow as pa
 
-from bench._common import Stat, cpu_seconds, machine_note, parse_args, print_table, ratio, rotated, verdict
+from bench._common import Stat, machine_note, parse_args, print_table, ratio, rotated, verdict, wall_and_cpu
 
 COLUMNS = [
     pa.field("id", pa.int64()),
@@ -76,9 +75,7 @@ def run_once(kind: str, root: str, data: pa.Table) -> tuple[float, float]:
         for name, sql in CHECKS.items():
             table.add_constraint(name, sql)
         batch = data
-    cpu0, wall0 = cpu_seconds(), time.perf_counter()
-    table.append(batch)
-    wall, cpu = time.perf_counter() - wall0, cpu_seconds() - cpu0
+    wall, cpu = wall_and_cpu(lambda: table.append(batch))
     assert table.to_arrow(columns=["d"]).num_rows == data.num_rows
     table.close()
     return wall, cpu
