@@ -241,6 +241,8 @@ class AddFile:
     deletion_vector: DeletionVectorDescriptor | None = None
     base_row_id: int | None = None
     default_row_commit_version: int | None = None
+    # The clustering implementation that wrote this file clustered ("liquid"), or None.
+    clustering_provider: str | None = None
 
     @property
     def key(self) -> tuple[str, str | None]:
@@ -276,6 +278,8 @@ class AddFile:
             out["baseRowId"] = self.base_row_id
         if self.default_row_commit_version is not None:
             out["defaultRowCommitVersion"] = self.default_row_commit_version
+        if self.clustering_provider is not None:
+            out["clusteringProvider"] = self.clustering_provider
         return out
 
     @staticmethod
@@ -294,6 +298,7 @@ class AddFile:
             deletion_vector=DeletionVectorDescriptor.from_json(dv) if dv else None,
             base_row_id=d.get("baseRowId"),
             default_row_commit_version=d.get("defaultRowCommitVersion"),
+            clustering_provider=d.get("clusteringProvider"),
         )
 
     def with_deletion_vector(

@@ -76,6 +76,7 @@ ADD_STRUCT = pa.struct([
     _f("deletionVector", DV_STRUCT),
     _f("baseRowId", _LONG),
     _f("defaultRowCommitVersion", _LONG),
+    _f("clusteringProvider", _STR),
 ])  # fmt: skip
 REMOVE_STRUCT = pa.struct([
     _f("path", _STR, False),
@@ -133,7 +134,7 @@ def adds_table(adds: Sequence[AddFile]) -> pa.Table:
             (
                 a.path, list(a.partition_values.items()), a.size, a.modification_time, a.data_change,
                 a.stats, _items(a.tags), _dv(a.deletion_vector), a.base_row_id,
-                a.default_row_commit_version,
+                a.default_row_commit_version, a.clustering_provider,
             )
             for a in adds
         ],
@@ -224,16 +225,16 @@ def _columns(table: pa.Table, schema: pa.Schema) -> list[list[Any]]:
 def add_files(table: pa.Table) -> list[AddFile]:
     """The rows of an :data:`ADD_SCHEMA` table as :class:`AddFile` values, in order."""
     table = conform(table, ADD_SCHEMA)
-    p, pv, s, mt, dc, st, tg, dv, br, drv = _columns(table, ADD_SCHEMA)
+    p, pv, s, mt, dc, st, tg, dv, br, drv, cp = _columns(table, ADD_SCHEMA)
     return [
         AddFile(
             path=p_, partition_values=dict(pv_) if pv_ is not None else {}, size=int(s_ or 0),
             modification_time=int(mt_ or 0), data_change=True if dc_ is None else bool(dc_),
             stats=st_, tags=_dict(tg_), deletion_vector=dv_, base_row_id=br_,
-            default_row_commit_version=drv_,
+            default_row_commit_version=drv_, clustering_provider=cp_,
         )
-        for p_, pv_, s_, mt_, dc_, st_, tg_, dv_, br_, drv_ in zip(
-            p, pv, s, mt, dc, st, tg, _dvs(dv), br, drv, strict=True
+        for p_, pv_, s_, mt_, dc_, st_, tg_, dv_, br_, drv_, cp_ in zip(
+            p, pv, s, mt, dc, st, tg, _dvs(dv), br, drv, cp, strict=True
         )
     ]  # fmt: skip
 
@@ -383,7 +384,7 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     fields of the deletion-vector struct) become nulls, others are cast, extra ones dropped.
 
     Foreign checkpoints differ in small ways (an ``offset`` field left out, ``int64`` sizes,
-    extra columns such as ``clusteringProvider``): readers accept all of them.
+    extra columns such as ``stats_parsed``): readers accept all of them.
     """
     if table.schema.equals(schema):
         return table

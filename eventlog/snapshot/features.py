@@ -297,7 +297,14 @@ FEATURES: Mapping[str, TableFeature] = {
             ),
             note="commitInfo first with a monotonic inCommitTimestamp (eventlog.log.in_commit_timestamps)",
         ),
-        _F("clustering", False, _S.FULL, _S.NONE, requires=("domainMetadata",)),
+        _F(
+            "clustering",
+            False,
+            _S.FULL,
+            _S.FULL,
+            requires=("domainMetadata",),
+            note="the delta.clustering domain and files' clusteringProvider are kept on every write",
+        ),
         _F(
             "checkpointProtection",
             False,

@@ -354,7 +354,9 @@ def test_reader_tolerates_foreign_layout(tmp_path: Path) -> None:
     got = read_checkpoint(fs, log, 2)
     assert got.protocol == Protocol(1, 2)
     assert got.metadata == Metadata("m", SCHEMA_STRING, ("p",), {"k": "v"})
-    assert got.adds == [AddFile("f.parquet", {"p": "1"}, 5, 6, False, _stats(2, 0, 1))]
+    assert got.adds == [
+        AddFile("f.parquet", {"p": "1"}, 5, 6, False, _stats(2, 0, 1), clustering_provider="liquid")
+    ]
     assert (got.removes, got.txns, got.domains) == ([], [], [])
 
 

@@ -168,7 +168,7 @@ def test_foreign_field_types_are_conformed(tmp_path: Path) -> None:
     assert got.add_table.schema == ADD_SCHEMA and got.remove_table.schema == REMOVE_SCHEMA
     assert list(got.adds) == [
         AddFile("a", {"d": "1"}, 1, 2, deletion_vector=DeletionVectorDescriptor("i", "xyz", 3, 4)),
-        AddFile("b", {}, 5, 6),
+        AddFile("b", {}, 5, 6, clustering_provider="c"),
     ]
     assert list(got.removes) == [RemoveFile("a", deletion_vector=DeletionVectorDescriptor("u", "p", 8, 9, 7))]
     # and written back in our layout, it reads the same

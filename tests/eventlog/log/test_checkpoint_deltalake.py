@@ -210,6 +210,7 @@ def big_add_table(n: int) -> pa.Table:
             dv,
             pa.nulls(n, pa.int64()),
             pa.nulls(n, pa.int64()),
+            pa.nulls(n, pa.string()),
         ],
         schema=ADD_SCHEMA,
     )
