@@ -9,6 +9,7 @@ t.delete("date < '2010-01-01'")
 from eventlog.errors import (
     AppendOnlyViolationError,
     ChangeDataNotRecordedError,
+    ClusteringError,
     ColumnMappingError,
     CommitFailedError,
     CommitLostError,
@@ -74,6 +75,7 @@ __all__ = [
     "DeltaConcurrentModificationException",
     "EventlogError",
     "FeatureDropError",
+    "ClusteringError",
     "IdentityColumnError",
     "InvalidChangeRangeError",
     "InvalidInputError",

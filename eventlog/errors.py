@@ -216,6 +216,20 @@ class ColumnMappingError(InvalidInputError):
         )
 
 
+class ClusteringError(InvalidInputError):
+    """Clustering columns Delta does not allow (``DELTA_CLUSTER_BY_*`` errors): a clustered
+    table that is also partitioned, a column that does not exist, is repeated or nested, a
+    column of a type without min/max statistics, or more columns than Delta's limit (4).
+    Nothing was committed.
+
+    Fields: ``columns`` (the clustering columns asked for) and ``reason`` (``partitioned``,
+    ``unknown column``, ``duplicate``, ``type``, ``too many``).
+    """
+
+    def __init__(self, message: str, *, columns: list[str], reason: str) -> None:
+        EventlogError.__init__(self, message, columns=columns, reason=reason)
+
+
 class IdentityColumnError(InvalidInputError):
     """A write or schema that breaks an identity column's rules (Delta's
     ``DELTA_IDENTITY_COLUMNS_*`` errors): values supplied for a ``GENERATED ALWAYS`` column,

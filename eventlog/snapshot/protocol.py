@@ -98,7 +98,19 @@ def upgrade(protocol: Protocol, schema: pa.Schema, properties: Mapping[str, str]
     legacy = _legacy_writer(protocol, needed - have)
     if legacy is not None and needed <= features_of(legacy):
         return legacy
-    features = have | needed | {"appendOnly", "invariants"}
+    return _listed(protocol, have | needed)
+
+
+def with_features(protocol: Protocol, names: set[str]) -> Protocol:
+    """``protocol`` with the features ``names`` supported too (unchanged when it has them),
+    listed explicitly as table features."""
+    have = features_of(protocol)
+    return protocol if names <= have else _listed(protocol, have | names)
+
+
+def _listed(protocol: Protocol, wanted: set[str]) -> Protocol:
+    """A table-features protocol (writer 7) listing ``wanted``."""
+    features = wanted | {"appendOnly", "invariants"}
     readers = {f for f in features if f in FEATURES and FEATURES[f].reader_writer}
     listed = (
         set(protocol.reader_features or ()) if protocol.min_reader_version >= MAX_READER_VERSION else set()

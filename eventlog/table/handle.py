@@ -38,6 +38,7 @@ from eventlog.ops.alter import (
     DELETED_FILE_RETENTION_KEY,
     validate_properties,
 )
+from eventlog.ops.clustering import stage_new_clustering
 from eventlog.ops.columns import mapping_properties
 from eventlog.ops.common import to_arrow_table, write_rows
 from eventlog.ops.merge import TableMergeBuilder
@@ -53,6 +54,7 @@ from eventlog.snapshot.replay import diff as diff_snapshots
 from eventlog.snapshot.timeline import commit_history, timestamp_ms, version_at
 from eventlog.table.alter import AlterTable
 from eventlog.table.changes import TableChanges
+from eventlog.table.clustering import ClusteredTable
 from eventlog.table.drop_feature import DropFeature
 from eventlog.txn.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from eventlog.txn.transaction import CommitResult
@@ -63,7 +65,7 @@ from eventlog.userinput import (
 from lockstore import SlotStore
 
 
-class Table(AlterTable, TableChanges, DropFeature):
+class Table(AlterTable, TableChanges, DropFeature, ClusteredTable):
     """A Delta-compatible table; see the module docstring."""
 
     def __init__(
@@ -113,8 +115,10 @@ class Table(AlterTable, TableChanges, DropFeature):
         audit_key: bytes | str | None = None,
         storage_options: Mapping[str, Any] | None = None,
         filesystem: fsspec.AbstractFileSystem | None = None,
+        cluster_by: Sequence[str] | None = None,
     ) -> Table:
         """Create a table as version 0, empty or holding ``data`` (CREATE TABLE AS SELECT).
+        ``cluster_by``: liquid clustering columns (:mod:`eventlog.snapshot.clustering`).
 
         ``storage_options`` (credentials, endpoint... for the URI's scheme, passed to
         fsspec) or ``filesystem`` (an fsspec file system used as it is): see
@@ -153,7 +157,7 @@ class Table(AlterTable, TableChanges, DropFeature):
             "CREATE TABLE" if rows is None else "CREATE TABLE AS SELECT",
             {"isManaged": "false", "description": description, "partitionBy": parts, "properties": props},
         )
-        txn.update_protocol(protocol_for(arrow_schema, props))
+        stage_new_clustering(txn, protocol_for(arrow_schema, props), arrow_schema, parts, cluster_by)
         txn.update_metadata(metadata)
         if rows is not None:
             try:

@@ -50,3 +50,25 @@ def test_we_write_to_delta_sparks_clustered_table_and_it_optimizes_it(spark: Any
         files = t.refresh().add_files
         assert files and all(f.clustering_provider == "liquid" for f in files)
         assert t.to_arrow().sort_by("id").column("id").to_pylist() == [1, 4, 5]
+
+
+@pytest.mark.parametrize("mapping", ["none", "name"])
+def test_delta_spark_reads_our_clustered_table_and_its_clustering_columns(
+    spark: Any, tmp_path: Path, mapping: str
+) -> None:
+    path = str(tmp_path / "t")
+    schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
+    props = {"delta.columnMapping.mode": mapping}
+    with Table.create(path, schema, properties=props, cluster_by=["v"]) as t:
+        t.append(pa.table({"id": [2, 1], "v": ["b", "a"]}, schema=schema))
+    detail = _sql(spark, "DESCRIBE DETAIL {t}", path)[0]
+    assert list(detail.clusteringColumns) == ["v"]
+    assert {"clustering", "domainMetadata"} <= set(detail.tableFeatures)
+    _sql(spark, "INSERT INTO {t} VALUES (3, 'c')", path)
+    _sql(spark, "OPTIMIZE {t}", path)
+    assert delta_arrow(spark, path).sort_by("id").column("v").to_pylist() == ["a", "b", "c"]
+    with Table.open(path) as t:
+        assert t.clustering_columns() == ["v"]
+        assert all(f.clustering_provider == "liquid" for f in t.refresh().add_files)
+        t.cluster_by(["id"])
+    assert list(_sql(spark, "DESCRIBE DETAIL {t}", path)[0].clusteringColumns) == ["id"]
