@@ -223,7 +223,8 @@ class ClusteringError(InvalidInputError):
     Nothing was committed.
 
     Fields: ``columns`` (the clustering columns asked for) and ``reason`` (``partitioned``,
-    ``unknown column``, ``duplicate``, ``type``, ``too many``).
+    ``unknown column``, ``duplicate``, ``type``, ``too many``; ``zorder``: OPTIMIZE ZORDER
+    BY on a clustered table).
     """
 
     def __init__(self, message: str, *, columns: list[str], reason: str) -> None:

@@ -27,7 +27,7 @@ from eventlog.ops import (
     dml,
     drop_feature,
     identity_sync,
-    optimize,
+    optimize_clustered,
     reorg,
     restore,
     type_change,
@@ -88,7 +88,7 @@ class Transaction(CoreTransaction):
         target_size: int | None = None,
     ) -> None:  # fmt: skip
         self.run(
-            lambda plan: optimize.optimize(
+            lambda plan: optimize_clustered.optimize_table(
                 plan, zorder_by=zorder_by, partition_filter=partition_filter, target_size=target_size
             )
         )

@@ -303,7 +303,7 @@ FEATURES: Mapping[str, TableFeature] = {
             _S.FULL,
             _S.FULL,
             requires=("domainMetadata",),
-            note="the delta.clustering domain and files' clusteringProvider are kept on every write",
+            note="the delta.clustering domain kept; OPTIMIZE clusters (eventlog.ops.optimize_clustered)",
         ),
         _F(
             "checkpointProtection",

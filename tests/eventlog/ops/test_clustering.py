@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pytest
@@ -80,3 +81,65 @@ def test_cluster_by_refuses_partitioned_table(tmp_path: Path) -> None:
         with pytest.raises(ClusteringError) as info:
             t.cluster_by(["id"])
         assert info.value.reason == "partitioned" and t.refresh().version == 0
+
+
+# --------------------------------------------------------------------------- OPTIMIZE
+
+IDS = pa.schema([("id", pa.int64()), ("v", pa.string())])
+
+
+def _append_shuffled(t: Table, batches: int, per: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for _ in range(batches):
+        ids = rng.integers(0, 100_000, per)
+        t.append(pa.table({"id": ids, "v": [f"v{i}" for i in ids]}, schema=IDS))
+
+
+def test_optimize_clusters_files_and_a_point_query_reads_few(tmp_path: Path) -> None:
+    props = {"delta.targetFileSize": "30000"}  # the files OPTIMIZE writes: several
+    with Table.create(str(tmp_path / "t"), IDS, properties=props, cluster_by=["id"]) as t:
+        _append_shuffled(t, 8, 2_000, seed=1)
+        before = t.to_arrow().sort_by("id")
+        probe = before.column("id")[7_000].as_py()
+        assert len(t.files(filter=f"id = {probe}")) >= 6  # every shuffled file spans the range
+        result = t.optimize()
+        assert result.operation == "OPTIMIZE" and result.metrics["numRemovedFiles"] == "8"
+        files = t.refresh().add_files
+        assert len(files) >= 3 and all(f.clustering_provider == "liquid" for f in files), len(files)
+        assert len(t.files(filter=f"id = {probe}")) <= 2
+        assert t.to_arrow().sort_by("id").equals(before)
+
+
+def test_optimize_is_incremental(tmp_path: Path) -> None:
+    with Table.create(str(tmp_path / "t"), IDS, cluster_by=["id"]) as t:
+        _append_shuffled(t, 4, 5_000, seed=2)
+        t.optimize(target_size=40_000)
+        clustered = {f.path for f in t.refresh().add_files}
+        nothing = t.optimize(target_size=40_000)
+        assert nothing.metrics["numRemovedFiles"] == "0"
+        assert {f.path for f in t.refresh().add_files} == clustered
+        _append_shuffled(t, 1, 100, seed=3)
+        big = {f.path for f in t.refresh().add_files if f.clustering_provider and f.size >= 40_000}
+        assert big
+        again = t.optimize(target_size=40_000)
+        after = {f.path: f for f in t.refresh().add_files}
+        assert big <= set(after)  # clustered files at the target size stay
+        assert int(again.metrics["numRemovedFiles"]) >= 1
+        assert all(f.clustering_provider == "liquid" for f in after.values())
+        assert t.to_arrow().num_rows == 20_100
+
+
+def test_optimize_zorder_on_clustered_table_is_refused(tmp_path: Path) -> None:
+    with Table.create(str(tmp_path / "t"), IDS, cluster_by=["id"]) as t:
+        _append_shuffled(t, 2, 10, seed=4)
+        with pytest.raises(ClusteringError) as info:
+            t.optimize(zorder_by=["v"])
+        assert info.value.reason == "zorder" and t.refresh().version == 2
+
+
+def test_optimize_unclustered_table_still_bin_packs_untagged(tmp_path: Path) -> None:
+    with Table.create(str(tmp_path / "t"), IDS) as t:
+        _append_shuffled(t, 3, 10, seed=5)
+        t.optimize()
+        files = t.refresh().add_files
+        assert len(files) == 1 and files[0].clustering_provider is None
