@@ -71,4 +71,11 @@ def test_delta_spark_reads_our_clustered_table_and_its_clustering_columns(
         assert t.clustering_columns() == ["v"]
         assert all(f.clustering_provider == "liquid" for f in t.refresh().add_files)
         t.cluster_by(["id"])
+        t.append(pa.table({"id": [4], "v": ["d"]}, schema=schema))
+        assert t.optimize().metrics["numRemovedFiles"] != "0"  # our clustering OPTIMIZE
+        assert all(f.clustering_provider == "liquid" for f in t.refresh().add_files)
     assert list(_sql(spark, "DESCRIBE DETAIL {t}", path)[0].clusteringColumns) == ["id"]
+    assert delta_arrow(spark, path).sort_by("id").column("id").to_pylist() == [1, 2, 3, 4]
+    _sql(spark, "INSERT INTO {t} VALUES (5, 'e')", path)
+    _sql(spark, "OPTIMIZE {t}", path)  # and Delta Spark clusters after it
+    assert delta_arrow(spark, path).num_rows == 5
