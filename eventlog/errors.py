@@ -224,7 +224,7 @@ class ClusteringError(InvalidInputError):
 
     Fields: ``columns`` (the clustering columns asked for) and ``reason`` (``partitioned``,
     ``unknown column``, ``duplicate``, ``type``, ``too many``; ``zorder``: OPTIMIZE ZORDER
-    BY on a clustered table).
+    BY on a clustered table; ``drop clustering column``: DROP COLUMNS of one).
     """
 
     def __init__(self, message: str, *, columns: list[str], reason: str) -> None:

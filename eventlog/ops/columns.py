@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from eventlog import expr as ex
 from eventlog.errors import (
+    ClusteringError,
     ColumnMappingError,
     EventlogError,
     InvalidInputError,
@@ -26,6 +27,7 @@ from eventlog.errors import (
 )
 from eventlog.files import column_mapping as cm
 from eventlog.files.schema import canonical_schema, to_spark_schema_json
+from eventlog.snapshot.clustering import clustering_columns
 from eventlog.txn.plan import Plan, PlanBuilder
 from eventlog.userinput import check_string_list, check_text
 
@@ -124,8 +126,17 @@ def drop_columns(plan: PlanBuilder, names: Sequence[str]) -> Plan:
         raise InvalidInputError("drop_columns needs at least one column")
     schema = plan.schema
     parts = set(plan.metadata.partition_columns)
+    snap = plan.snapshot
+    clustering = clustering_columns(snap.protocol, snap.domains, schema) if snap is not None else []
     for name in names:
         path = _path(name, schema, "drop_columns column")
+        if any(c == ".".join(path) or c.startswith(".".join(path) + ".") for c in clustering):
+            raise ClusteringError(
+                f"dropping clustering column {name!r} is not allowed (Delta: "
+                "DELTA_UNSUPPORTED_DROP_CLUSTERING_COLUMN); cluster by other columns first",
+                columns=clustering,
+                reason="drop clustering column",
+            )
         if len(path) == 1 and path[0] in parts:
             raise ColumnMappingError(
                 f"dropping partition columns ({name}) is not allowed "

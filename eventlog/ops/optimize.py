@@ -27,6 +27,7 @@ from eventlog.log.actions import AddFile
 from eventlog.log.filetable import add_files
 from eventlog.ops.common import table_target_size, write_rows
 from eventlog.ops.rows import read_rows
+from eventlog.snapshot.clustering import check_no_zorder, clustering_columns
 from eventlog.txn.plan import Plan, PlanBuilder
 from eventlog.txn.rowlevel import CompactionSource, compaction_tag
 
@@ -44,6 +45,9 @@ def begin_optimize(
     zorder = list(zorder_by or [])
     schema = plan.schema
     parts = plan.metadata.partition_columns
+    snap = plan.snapshot
+    if snap is not None:
+        check_no_zorder(clustering_columns(snap.protocol, snap.domains, schema), zorder)
     for col in zorder:
         if col not in schema.names:
             raise UnknownColumnError(col, list(schema.names), "zorder_by")

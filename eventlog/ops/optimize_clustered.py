@@ -20,12 +20,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eventlog import expr as ex
-from eventlog.errors import ClusteringError
 from eventlog.files import column_mapping as cm
 from eventlog.log.filetable import add_files
 from eventlog.ops.common import table_target_size
 from eventlog.ops.optimize import optimize, partition_predicate, read_files, rewrite_bins, scan_files
-from eventlog.snapshot.clustering import CLUSTERING_PROVIDER, clustering_columns
+from eventlog.snapshot.clustering import CLUSTERING_PROVIDER, check_no_zorder, clustering_columns
 from eventlog.txn.plan import Plan, PlanBuilder
 
 __all__ = ["clustering_candidates", "optimize_clustered", "optimize_table"]
@@ -45,12 +44,7 @@ def optimize_table(
     columns = clustering_columns(snap.protocol, snap.domains, plan.schema) if snap is not None else []
     if not columns:
         return optimize(plan, zorder_by=zorder_by, partition_filter=partition_filter, target_size=target_size)
-    if zorder_by:
-        raise ClusteringError(
-            f"ZORDER BY {list(zorder_by)} on a table clustered by {columns}: OPTIMIZE clusters it",
-            columns=columns,
-            reason="zorder",
-        )
+    check_no_zorder(columns, list(zorder_by or []))
     return optimize_clustered(plan, columns, partition_filter=partition_filter, target_size=target_size)
 
 

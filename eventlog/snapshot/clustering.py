@@ -26,6 +26,7 @@ __all__ = [
     "CLUSTERING_PROVIDER",
     "MAX_CLUSTERING_COLUMNS",
     "check_cluster_by",
+    "check_no_zorder",
     "clustering_columns",
     "clustering_domain",
     "clustered_protocol",
@@ -119,6 +120,17 @@ def clustering_columns(
         first = by_physical.get(path[0], path[0])
         out.append(".".join([first, *path[1:]]))
     return out
+
+
+def check_no_zorder(clustering: Sequence[str], zorder: Sequence[str]) -> None:
+    """OPTIMIZE ZORDER BY on a table with clustering columns: ClusteringError, as in Delta
+    (DELTA_CLUSTERING_WITH_ZORDER_BY); OPTIMIZE alone clusters it."""
+    if clustering and zorder:
+        raise ClusteringError(
+            f"ZORDER BY {list(zorder)} on a table clustered by {list(clustering)}: OPTIMIZE clusters it",
+            columns=list(clustering),
+            reason="zorder",
+        )
 
 
 def clustered_protocol(protocol: Protocol) -> Protocol:

@@ -143,3 +143,13 @@ def test_optimize_unclustered_table_still_bin_packs_untagged(tmp_path: Path) -> 
         t.optimize()
         files = t.refresh().add_files
         assert len(files) == 1 and files[0].clustering_provider is None
+
+
+def test_drop_clustering_column_is_refused(tmp_path: Path) -> None:
+    props = {"delta.columnMapping.mode": "name"}
+    with Table.create(str(tmp_path / "t"), SCHEMA, properties=props, cluster_by=["v"]) as t:
+        with pytest.raises(ClusteringError) as info:
+            t.drop_columns(["v"])
+        assert info.value.reason == "drop clustering column" and t.refresh().version == 0
+        t.drop_columns(["tags"])  # other columns still go
+        assert t.refresh().schema.names == ["id", "v"] and t.clustering_columns() == ["v"]
