@@ -223,8 +223,9 @@ class ClusteringError(InvalidInputError):
     Nothing was committed.
 
     Fields: ``columns`` (the clustering columns asked for) and ``reason`` (``partitioned``,
-    ``unknown column``, ``duplicate``, ``type``, ``too many``; ``zorder``: OPTIMIZE ZORDER
-    BY on a clustered table; ``drop clustering column``: DROP COLUMNS of one).
+    ``unknown column``, ``duplicate``, ``type``, ``too many``; ``no statistics``: beyond the
+    columns Delta keeps statistics for; ``zorder``: OPTIMIZE ZORDER BY on a clustered table;
+    ``drop clustering column``: DROP COLUMNS of one).
     """
 
     def __init__(self, message: str, *, columns: list[str], reason: str) -> None:

@@ -4,7 +4,7 @@ staging of a new table's clustering (:func:`stage_new_clustering`). The rules an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import orjson
 import pyarrow as pa
@@ -28,10 +28,11 @@ def stage_new_clustering(
     schema: pa.Schema,
     parts: Sequence[str],
     columns: Sequence[str] | None,
+    properties: Mapping[str, str],
 ) -> None:
     """Stage a new table's ``protocol``, with the clustering features and domain when
     ``columns`` names clustering columns (validated: :class:`~eventlog.errors.ClusteringError`)."""
-    clustered = check_cluster_by(columns, schema, parts)
+    clustered = check_cluster_by(columns, schema, parts, properties)
     plan.update_protocol(clustered_protocol(protocol) if clustered else protocol)
     if clustered:
         plan.set_domain_metadata(CLUSTERING_DOMAIN, clustering_domain(schema, clustered).configuration)
@@ -44,7 +45,7 @@ def cluster_by(plan: PlanBuilder, columns: Sequence[str] | None) -> Plan:
     assert plan.snapshot is not None
     snapshot = plan.snapshot
     schema = plan.schema
-    new = check_cluster_by(columns, schema, plan.metadata.partition_columns)
+    new = check_cluster_by(columns, schema, plan.metadata.partition_columns, plan.metadata.configuration)
     old = clustering_columns(snapshot.protocol, snapshot.domains, schema)
     plan.set_operation(
         "CLUSTER BY",

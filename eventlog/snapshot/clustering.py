@@ -36,6 +36,7 @@ __all__ = [
 CLUSTERING_DOMAIN = "delta.clustering"
 CLUSTERING_PROVIDER = "liquid"  # Delta's ClusteredTableUtils.clusteringProvider
 CLUSTERING_FEATURES = frozenset({"clustering", "domainMetadata"})
+DEFAULT_INDEXED_COLUMNS = 32  # Delta's delta.dataSkippingNumIndexedCols default
 MAX_CLUSTERING_COLUMNS = 4  # Delta's spark.databricks.delta.clusteredTable.numClusteringColumnsLimit
 
 
@@ -52,12 +53,33 @@ def _skipping_eligible(t: pa.DataType) -> bool:
     )
 
 
+def _leaf_count(t: pa.DataType) -> int:
+    if pa.types.is_struct(t):
+        return sum(_leaf_count(t.field(i).type) for i in range(t.num_fields))
+    return 1
+
+
+def _has_stats(schema: pa.Schema, index: int, configuration: Mapping[str, str]) -> bool:
+    """Whether Delta writers keep statistics for top-level column ``index``: listed in
+    ``delta.dataSkippingStatsColumns``, or among the first ``delta.dataSkippingNumIndexedCols``
+    (32; -1: all) leaf columns."""
+    listed = configuration.get("delta.dataSkippingStatsColumns")
+    if listed is not None:
+        return schema.field(index).name.lower() in {c.strip().strip("`").lower() for c in listed.split(",")}
+    limit = int(configuration.get("delta.dataSkippingNumIndexedCols", DEFAULT_INDEXED_COLUMNS))
+    return limit < 0 or sum(_leaf_count(schema.field(i).type) for i in range(index)) < limit
+
+
 def check_cluster_by(
-    columns: Sequence[str] | None, schema: pa.Schema, partition_by: Sequence[str]
+    columns: Sequence[str] | None,
+    schema: pa.Schema,
+    partition_by: Sequence[str],
+    configuration: Mapping[str, str] | None = None,
 ) -> list[str]:
     """The clustering columns ``columns`` (top-level names), validated against ``schema``:
     :class:`~eventlog.errors.ClusteringError` for a partitioned table, an unknown, repeated
-    or ineligible column, or more than :data:`MAX_CLUSTERING_COLUMNS`."""
+    or ineligible column, one Delta writers keep no statistics for (the table properties
+    ``configuration`` say which), or more than :data:`MAX_CLUSTERING_COLUMNS`."""
     cols = list(columns or ())
     if not cols:
         return []
@@ -89,6 +111,13 @@ def check_cluster_by(
                 f"clustering column {name!r} has type {field.type}, which has no min/max statistics",
                 columns=cols,
                 reason="type",
+            )
+        if not _has_stats(schema, index, configuration or {}):
+            raise ClusteringError(
+                f"clustering column {name!r} is beyond the columns with statistics "
+                "(delta.dataSkippingNumIndexedCols / delta.dataSkippingStatsColumns)",
+                columns=cols,
+                reason="no statistics",
             )
     return cols
 

@@ -157,7 +157,7 @@ class Table(AlterTable, TableChanges, DropFeature, ClusteredTable):
             "CREATE TABLE" if rows is None else "CREATE TABLE AS SELECT",
             {"isManaged": "false", "description": description, "partitionBy": parts, "properties": props},
         )
-        stage_new_clustering(txn, protocol_for(arrow_schema, props), arrow_schema, parts, cluster_by)
+        stage_new_clustering(txn, protocol_for(arrow_schema, props), arrow_schema, parts, cluster_by, props)
         txn.update_metadata(metadata)
         if rows is not None:
             try:

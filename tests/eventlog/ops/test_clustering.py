@@ -153,3 +153,22 @@ def test_drop_clustering_column_is_refused(tmp_path: Path) -> None:
         assert info.value.reason == "drop clustering column" and t.refresh().version == 0
         t.drop_columns(["tags"])  # other columns still go
         assert t.refresh().schema.names == ["id", "v"] and t.clustering_columns() == ["v"]
+
+
+@pytest.mark.parametrize(
+    ("props", "refused"),
+    [
+        ({}, True),
+        ({"delta.dataSkippingNumIndexedCols": "33"}, False),
+    ],
+)
+def test_clustering_column_needs_statistics(tmp_path: Path, props: dict[str, str], refused: bool) -> None:
+    wide = pa.schema([*(pa.field(f"c{i}", pa.int32()) for i in range(32)), pa.field("late", pa.int64())])
+    path = str(tmp_path / "t")
+    if refused:
+        with pytest.raises(ClusteringError) as info:
+            Table.create(path, wide, properties=props, cluster_by=["late"])
+        assert info.value.reason == "no statistics"
+        return
+    with Table.create(path, wide, properties=props, cluster_by=["late"]) as t:
+        assert t.clustering_columns() == ["late"]
