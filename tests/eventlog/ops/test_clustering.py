@@ -172,3 +172,15 @@ def test_clustering_column_needs_statistics(tmp_path: Path, props: dict[str, str
         return
     with Table.create(path, wide, properties=props, cluster_by=["late"]) as t:
         assert t.clustering_columns() == ["late"]
+
+
+def test_clustering_provider_survives_a_checkpoint(tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    with Table.create(path, IDS, cluster_by=["id"]) as t:
+        _append_shuffled(t, 2, 50, seed=6)
+        t.optimize()
+        t.checkpoint()
+    with Table.open(path) as t:
+        files = t.refresh().add_files
+        assert files and {f.clustering_provider for f in files} == {"liquid"}
+        assert t.clustering_columns() == ["id"]
