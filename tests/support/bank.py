@@ -46,13 +46,23 @@ class TransferResult:
 
 
 def create_bank(
-    uri: str, properties: dict[str, str], slots: SlotsSpec = None, *, partitioned: bool = False
+    uri: str,
+    properties: dict[str, str],
+    slots: SlotsSpec = None,
+    *,
+    partitioned: bool = False,
+    clustered: bool = False,
 ) -> Table:
     """Accounts 0..ACCOUNTS-1 with OPENING each, in two data files (two branches when
-    ``partitioned``)."""
+    ``partitioned``; clustered by ``id`` when ``clustered``)."""
     schema = PARTITIONED if partitioned else SCHEMA
     t = Table.create(
-        uri, schema, properties=properties, slots=slots, partition_by=["branch"] if partitioned else None
+        uri,
+        schema,
+        properties=properties,
+        slots=slots,
+        partition_by=["branch"] if partitioned else None,
+        cluster_by=["id"] if clustered else None,
     )
     half = ACCOUNTS // 2
     for ids in (range(half), range(half, ACCOUNTS)):
