@@ -23,6 +23,7 @@ tags under ``eventlog.chainHead`` (and, for Parquet, in the footer, as classic o
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Sequence
@@ -292,10 +293,8 @@ def read_chain_head(fs: fsspec.AbstractFileSystem, log_dir: str, version: int) -
     classic checkpoint (read alone, no listing), else of a UUID-named V2 one, or its
     ``checkpointMetadata`` tags."""
     log_dir = log_dir.rstrip("/")
-    try:
+    with contextlib.suppress(FileNotFoundError):  # no classic one: look for a V2 one
         return _footer_head(fs, checkpoint_path(log_dir, version))
-    except FileNotFoundError:
-        pass
     try:
         names = list_log(fs, log_dir)
     except FileNotFoundError:

@@ -76,18 +76,19 @@ class Enablement:
     timestamp: int | None
 
 
+def _integer(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
 def enablement(configuration: Mapping[str, str]) -> Enablement | None:
     """Where in-commit timestamps begin on a table with these properties (None when they
     are off). Unparsable enablement properties count as enabled from the start."""
     if not enabled(configuration):
         return None
     version, ts = configuration.get(ENABLEMENT_VERSION_KEY), configuration.get(ENABLEMENT_TIMESTAMP_KEY)
-    try:
-        if version is not None and ts is not None:
-            return Enablement(int(version), int(ts))
-    except ValueError:
-        pass
-    return Enablement(0, None)
+    if version is not None and ts is not None and _integer(version) and _integer(ts.removeprefix("-")):
+        return Enablement(int(version), int(ts))
+    return Enablement(0, None)  # not recorded, or unparsable: enabled from the start
 
 
 def window(where: Enablement, ts_ms: int, latest: int) -> tuple[range, bool]:
