@@ -1,7 +1,9 @@
 """OPTIMIZE on a clustered table (liquid clustering): the files not yet clustered, with the
 clustered ones still below the target size, are rewritten in Z-order over the clustering
-columns (:func:`eventlog.ops.optimize.zorder_permutation`) and tagged
-``clusteringProvider: "liquid"``, as Delta Spark's clustering OPTIMIZE tags them.
+columns (:func:`eventlog.ops.optimize.zorder_permutation`) and tagged as Delta Spark's
+clustering OPTIMIZE tags them (:func:`clustered_adds`): ``clusteringProvider: "liquid"`` and
+the ZCube tags ``ZCUBE_ID`` (one per OPTIMIZE: its files are one ZCube) and
+``ZCUBE_ZORDER_BY`` (the clustering columns, a JSON list).
 
 Incremental, after Delta's basic rules: only files with no ``clusteringProvider`` or
 ``"liquid"`` are candidates (another implementation's files are left alone); an OPTIMIZE
@@ -13,21 +15,35 @@ the plain bin-packing OPTIMIZE by whether the table has clustering columns.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterable, Sequence
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from eventlog import expr as ex
 from eventlog.files import column_mapping as cm
+from eventlog.log.actions import AddFile
 from eventlog.log.filetable import add_files
 from eventlog.ops.common import table_target_size
 from eventlog.ops.optimize import optimize, partition_predicate, read_files, rewrite_bins, scan_files
 from eventlog.snapshot.clustering import CLUSTERING_PROVIDER, check_no_zorder, clustering_columns
 from eventlog.txn.plan import Plan, PlanBuilder
 
-__all__ = ["clustering_candidates", "optimize_clustered", "optimize_table"]
+__all__ = [
+    "ZCUBE_ID_TAG",
+    "ZCUBE_ZORDER_BY_TAG",
+    "begin_clustering",
+    "clustered_adds",
+    "clustering_candidates",
+    "optimize_clustered",
+    "optimize_table",
+]
+
+ZCUBE_ID_TAG = "ZCUBE_ID"  # Delta's AddFile.Tags.ZCUBE_ID: the clustering run (ZCube) a file is from
+ZCUBE_ZORDER_BY_TAG = "ZCUBE_ZORDER_BY"  # Delta's AddFile.Tags.ZCUBE_ZORDER_BY: its columns, as JSON
 
 
 def optimize_table(
@@ -63,10 +79,23 @@ def clustering_candidates(files: pa.Table, target: int) -> np.ndarray:
     return np.asarray(order[chosen[order]], dtype=np.int64)
 
 
-def optimize_clustered(
-    plan: PlanBuilder, columns: Sequence[str], *, partition_filter: str | None, target_size: int | None
-) -> Plan:
-    """Cluster the table's candidate files (:func:`clustering_candidates`) by ``columns``."""
+def clustered_adds(adds: Iterable[AddFile], columns: Sequence[str]) -> tuple[AddFile, ...]:
+    """``adds``, written by one clustering OPTIMIZE, tagged as Delta's ClusteringStrategy tags
+    a ZCube's files: ``clusteringProvider`` ``"liquid"``, one new ``ZCUBE_ID`` shared by all,
+    ``ZCUBE_ZORDER_BY`` the clustering columns (Delta skips liquid files whose
+    ``ZCUBE_ZORDER_BY`` differs from the table's clustering columns)."""
+    zcube = {ZCUBE_ID_TAG: str(uuid.uuid4()), ZCUBE_ZORDER_BY_TAG: orjson.dumps(list(columns)).decode()}
+    return tuple(
+        dataclasses.replace(a, clustering_provider=CLUSTERING_PROVIDER, tags={**(a.tags or {}), **zcube})
+        for a in adds
+    )
+
+
+def begin_clustering(
+    plan: PlanBuilder, columns: Sequence[str], partition_filter: str | None
+) -> ex.Expr | None:
+    """Validate a clustering OPTIMIZE's filter and name the operation; the parsed filter.
+    Shared with the Spark adapter, so both record the same operation."""
     if partition_filter is not None:
         ex.check_sql_text(partition_filter, "partition_filter")
     plan.set_operation(
@@ -78,7 +107,14 @@ def optimize_clustered(
         },
         changes_data=False,
     )
-    pred = partition_predicate(plan, partition_filter, "OPTIMIZE")
+    return partition_predicate(plan, partition_filter, "OPTIMIZE")
+
+
+def optimize_clustered(
+    plan: PlanBuilder, columns: Sequence[str], *, partition_filter: str | None, target_size: int | None
+) -> Plan:
+    """Cluster the table's candidate files (:func:`clustering_candidates`) by ``columns``."""
+    pred = begin_clustering(plan, columns, partition_filter)
     scanned = scan_files(plan, pred)
     if scanned is None:
         plan.add_metrics(numRemovedFiles=0, numAddedFiles=0)
@@ -89,5 +125,4 @@ def optimize_clustered(
     bins = [add_files(files.take(pa.array(rows)))] if len(rows) else []
     built = rewrite_bins(plan, bins, list(columns), pred, part_pred, read_files(files, keys))
     # The rewritten files are clustered: tag them, as Delta's clustering OPTIMIZE does.
-    adds = tuple(dataclasses.replace(a, clustering_provider=CLUSTERING_PROVIDER) for a in built.adds)
-    return dataclasses.replace(built, adds=adds)
+    return dataclasses.replace(built, adds=clustered_adds(built.adds, columns))
