@@ -22,6 +22,7 @@ import dataclasses
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+from urllib.parse import unquote
 
 import fsspec
 import numpy as np
@@ -198,23 +199,32 @@ def _read_small_files(
     physical = cm.physical_schema(out) if cm.is_mapped(schema) else out
     parts = {cm.physical_name(schema.field(c)) for c in partition_columns}
     stored = [f.name for f in physical if f.name not in parts]
-    groups: dict[pa.Schema, tuple[list[pa.Table], list[int]]] = {}
+    every = len(stored) == len([f for f in schema if cm.physical_name(f) not in parts])
+    base = root.rstrip("/") + "/"
+    groups: list[tuple[pa.Schema, list[pa.Table], list[int]]] = []  # files of the same columns
     for i, add in enumerate(files):
-        path = data_file_path(fs, root, add.path)
+        # What data_file_path does, without parsing a path that cannot be a URI.
+        path = base + unquote(add.path) if ":" not in add.path else data_file_path(fs, root, add.path)
         try:
             with open(path, "rb") as f:
                 data = f.read()
         except FileNotFoundError as exc:
             raise DataFileNotFoundError(root, path, None) from exc
         pf = pq.ParquetFile(pa.BufferReader(data), coerce_int96_timestamp_unit="us")
-        present = set(pf.schema_arrow.names)
-        table = pf.read(columns=[c for c in stored if c in present], use_threads=False)
-        tables, indexes = groups.setdefault(table.schema, ([], []))
-        tables.append(table)
-        indexes.append(i)
+        if every:  # all of it (columns not wanted are left out by _conform)
+            table = pf.read(use_threads=False)
+        else:
+            present = set(pf.schema_arrow.names)
+            table = pf.read(columns=[c for c in stored if c in present], use_threads=False)
+        group = next((g for g in reversed(groups) if g[0].equals(table.schema)), None)
+        if group is None:
+            group = (table.schema, list[pa.Table](), list[int]())
+            groups.append(group)
+        group[1].append(table)
+        group[2].append(i)
     conformed: list[pa.Table] = []
     file_index: list[np.ndarray] = []
-    for tables, indexes in groups.values():
+    for _, tables, indexes in groups:
         group = pa.concat_tables(tables)
         conformed.append(_conform(group, physical, parts))
         counts = np.fromiter((t.num_rows for t in tables), dtype=np.int64, count=len(tables))
