@@ -7,6 +7,8 @@ t.update("x > 5", set={"x": "x + 1"})
 t.alias("t").merge(updates.alias("s"), "t.id = s.id") \\
     .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
 t.optimize().where("date = '2024-01-01'").executeZOrderBy("x")
+t.clusterBy("x", "y")                                 # ALTER TABLE ... CLUSTER BY (x, y)
+t.optimize().executeCompaction()                      # on a clustered table: clusters it
 t.reorgPurge("date = '2024-01-01'")                  # REORG TABLE ... APPLY (PURGE)
 t.vacuum()                                            # 168 hours by default
 t.restoreToVersion(3)
@@ -46,6 +48,7 @@ from pyspark.sql.types import DataType, StructField, StructType
 from eventlog import Table
 from eventlog.errors import InvalidInputError
 from eventlog.log.location import TableLocation
+from eventlog.ops.transaction import Transaction
 from eventlog.ops.vacuum import (
     RETENTION_CHECK_CONF,
     abandoned_staged_commits,
@@ -54,6 +57,7 @@ from eventlog.ops.vacuum import (
     sweep,
     top_level_entries,
 )
+from eventlog.snapshot.clustering import clustering_columns
 from eventlog.txn.transaction import CommitResult
 from lockstore import SlotStore
 from spark_adapter.native import snapshot_dataframe
@@ -61,6 +65,7 @@ from spark_adapter.ops.delete import plan_delete
 from spark_adapter.ops.jobs import PendingCommit
 from spark_adapter.ops.merge import SparkMergeBuilder
 from spark_adapter.ops.optimize import plan_optimize
+from spark_adapter.ops.optimize_clustered import plan_optimize_clustered
 from spark_adapter.ops.update import plan_update
 from spark_adapter.types import spark_to_arrow_schema
 
@@ -184,6 +189,18 @@ class EventlogTable:
     def optimize(self) -> OptimizeBuilder:
         return OptimizeBuilder(self._spark, self._table)
 
+    def clusterBy(self, *columns: str | Sequence[str]) -> CommitResult:
+        """``ALTER TABLE ... CLUSTER BY (columns)`` (columns as ``"a", "b"`` or one list, as
+        delta-spark's ``DeltaTableBuilder.clusterBy`` takes them); no column is ``CLUSTER BY
+        NONE``. Metadata only (:meth:`eventlog.Table.cluster_by`; ``ClusteringError`` for a
+        partitioned table or a column that cannot cluster): the next
+        ``optimize().executeCompaction()`` clusters the files."""
+        return self._table.cluster_by(_column_list(columns))
+
+    def clusteringColumns(self) -> list[str]:
+        """The table's clustering columns (empty when it is not clustered)."""
+        return self._table.clustering_columns()
+
     def reorgPurge(self, condition: str | None = None) -> CommitResult:
         """``REORG TABLE ... [WHERE condition] APPLY (PURGE)``: rewrite the files with deletion
         vectors (in the partitions ``condition`` selects) so deleted rows are physically gone;
@@ -296,12 +313,32 @@ class OptimizeBuilder:
         return self
 
     def executeCompaction(self) -> CommitResult:
-        """Bin-pack small files per partition (``dataChange = false``)."""
-        return plan_optimize(self._spark, self._table.transaction(), self._filter, ()).commit()
+        """Bin-pack small files per partition (``dataChange = false``); on a table with
+        clustering columns, cluster it instead, as Delta's OPTIMIZE does
+        (:mod:`spark_adapter.ops.optimize_clustered`)."""
+        txn = self._table.transaction()
+        columns = _clustering_columns(txn)
+        if columns:
+            return plan_optimize_clustered(self._spark, txn, columns, self._filter).commit()
+        return plan_optimize(self._spark, txn, self._filter, ()).commit()
 
     def executeZOrderBy(self, *columns: str | Sequence[str]) -> CommitResult:
-        """Rewrite each partition's files ordered along a Z-order curve of ``columns``."""
-        cols: list[str] = []
-        for c in columns:
-            cols.extend([c] if isinstance(c, str) else c)
-        return plan_optimize(self._spark, self._table.transaction(), self._filter, cols).commit()
+        """Rewrite each partition's files ordered along a Z-order curve of ``columns``;
+        ``ClusteringError`` (reason ``zorder``, nothing run) on a clustered table, as the
+        engine and Delta refuse it."""
+        return plan_optimize(
+            self._spark, self._table.transaction(), self._filter, _column_list(columns)
+        ).commit()
+
+
+def _column_list(columns: Sequence[str | Sequence[str]]) -> list[str]:
+    """Column names given as ``"a", "b"`` or as lists of them."""
+    out: list[str] = []
+    for c in columns:
+        out.extend([c] if isinstance(c, str) else c)
+    return out
+
+
+def _clustering_columns(txn: Transaction) -> list[str]:
+    snap = txn.snapshot
+    return clustering_columns(snap.protocol, snap.domains, txn.schema) if snap is not None else []

@@ -12,6 +12,16 @@ Three places, three processes (see the PySpark Data Source reference):
 * :meth:`EventlogWriter.commit` runs once on the driver side: one eventlog transaction
   whose read version is the version planned, so the table's isolation level and conflict
   rules apply to everything committed since planning.
+
+Liquid clustering: the ``clusterBy`` option (comma-separated columns) makes a new table
+clustered (``Table.create(..., cluster_by=...)``); on an existing table it must name the
+table's clustering columns, else ``ClusteringError`` (reason ``mismatch``) naming both lists:
+a write never changes the layout (``EventlogTable.clusterBy`` does). With partition columns
+it is ``ClusteringError`` (reason ``partitioned``), as the engine refuses it. Spark's own
+``DataFrameWriter.clusterBy(...)`` never reaches a Python data source: measured with pyspark
+4.3, Spark refuses the write itself ("The provided partitioning or clustering columns do not
+match the existing table's. - provided: cluster_by(id) - table: ", an
+IllegalArgumentException), as it does for ``.partitionBy(...)``; hence the option.
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from eventlog import expr as ex
-from eventlog.errors import InvalidInputError, TableNotFoundError
+from eventlog.errors import ClusteringError, InvalidInputError, TableNotFoundError
 from eventlog.files.constraints import WriteRules
 from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE, delete_files, write_data_files
 from eventlog.files.enforce import merge_schema
@@ -37,9 +47,12 @@ from eventlog.files.schema import from_spark_schema_json, to_spark_schema_json
 from eventlog.log.actions import AddFile
 from eventlog.log.location import TableLocation
 from eventlog.ops.alter import APPEND_ONLY_KEY, TARGET_FILE_SIZE_KEY
+from eventlog.ops.clustering import stage_new_clustering
 from eventlog.ops.columns import evolve_schema
 from eventlog.ops.transaction import Transaction
 from eventlog.ops.write import stage_new_table
+from eventlog.snapshot.clustering import check_cluster_by, clustering_columns
+from eventlog.snapshot.protocol import protocol_for
 from eventlog.table import Table
 from eventlog.table.identity import TaskIdentity, check_identity_write, ranges_from_json, ranges_to_json
 from eventlog.userinput import check_app_id, check_optional_text
@@ -84,6 +97,7 @@ class WritePlan:
     skip: bool  # an idempotent write whose (txnAppId, txnVersion) is already committed
     group_commit: bool = False  # a blind append may share its version (eventlog.txn.groupcommit)
     rules: WriteRules = dataclasses.field(default_factory=WriteRules)  # enforced in the tasks
+    cluster_by: tuple[str, ...] = ()  # a new table's clustering columns (the clusterBy option)
 
     @property
     def uri(self) -> str:
@@ -124,6 +138,7 @@ def plan_write(options: Any, spark_schema: StructType, overwrite: bool) -> Write
     if table is None:
         read_version, schema = -1, data_schema
         parts = _partition_columns(option(options, "partitionBy"), schema) or ()
+        clustered = _clustering(option(options, "clusterBy"), schema, parts, None)
     else:
         try:
             snap = table.refresh()
@@ -137,6 +152,8 @@ def plan_write(options: Any, spark_schema: StructType, overwrite: bool) -> Write
                 f"{list(snap.partition_columns)}"
             )
         parts = snap.partition_columns
+        current = clustering_columns(snap.protocol, snap.domains, snap.schema)
+        clustered = _clustering(option(options, "clusterBy"), snap.schema, parts, current, props)
         schema = merge_schema(snap.schema, data_schema) if merge else snap.schema
         # Column mapping: new columns get their physical names before any task writes them.
         schema, _ = evolve_schema(schema, props)
@@ -167,7 +184,44 @@ def plan_write(options: Any, spark_schema: StructType, overwrite: bool) -> Write
         skip=skip,
         group_commit=option_bool(options, "groupCommit"),
         rules=rules,
+        cluster_by=tuple(clustered) if read_version < 0 else (),
     )
+
+
+def _clustering(
+    spec: str | None,
+    schema: pa.Schema,
+    parts: Sequence[str],
+    current: Sequence[str] | None,
+    properties: Mapping[str, str] | None = None,
+) -> list[str]:
+    """The ``clusterBy`` option (comma-separated; names matched as ``partitionBy`` matches
+    them) validated by the engine's rules (:func:`check_cluster_by`: ``ClusteringError``,
+    reason ``partitioned`` with partition columns). On an existing table (``current``: its
+    clustering columns) it must name them: ClusteringError ``mismatch`` otherwise."""
+    if spec is None:
+        return list(current or ())
+    requested = [_resolve(raw, schema, "clusterBy") for raw in spec.split(",") if raw.strip().strip("`")]
+    clustered = check_cluster_by(requested, schema, parts, properties)
+    if current is not None and clustered != list(current):
+        raise ClusteringError(
+            f"clusterBy {clustered} differs from the table's clustering columns {list(current)}: "
+            "a write does not change the layout (EventlogTable.clusterBy does)",
+            columns=clustered,
+            reason="mismatch",
+        )
+    return clustered
+
+
+def _resolve(raw: str, schema: pa.Schema, what: str) -> str:
+    """A column named in a write option: exact, else the one name equal ignoring case."""
+    name = raw.strip().strip("`")
+    if name in schema.names:
+        return name
+    match = [n for n in schema.names if n.lower() == name.lower()]
+    if len(match) != 1:
+        raise InvalidInputError(f"{what} column {name!r} is not in the schema {schema.names}")
+    return str(match[0])
 
 
 def _partition_columns(spec: str | None, schema: pa.Schema) -> tuple[str, ...] | None:
@@ -330,6 +384,10 @@ class EventlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
         handle = Table.handle(plan.uri, slots=plan.slots, storage_options=plan.location.storage_options)
         txn = Transaction(handle, None)
         stage_new_table(txn, plan.schema, plan.schema_json, plan.partition_by)
+        if plan.cluster_by:  # the clustering features and domain, as Table.create stages them
+            stage_new_clustering(
+                txn, protocol_for(plan.schema, {}), plan.schema, plan.partition_by, plan.cluster_by, {}
+            )
         return handle, txn
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:

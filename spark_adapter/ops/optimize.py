@@ -57,7 +57,7 @@ def plan_optimize(
         results: list[Any] = []
         if bins:
             records = [(i, orjson.dumps([f.to_json() for f in b]).decode()) for i, b in enumerate(bins)]
-            task = functools.partial(_compact_task, ctx, zorder, mapped)
+            task = functools.partial(compact_task, ctx, zorder, mapped)
             results = parallelize(spark, records, one_per_task=True).mapInArrow(task, RESULT).collect()
         adds = adds_of(results)
         if mapped:
@@ -92,7 +92,7 @@ def _tag_compactions(
     return out
 
 
-def _compact_task(
+def compact_task(
     ctx: JobContext, zorder: list[str], mapped: bool, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
     fs, root = ctx.location.files()
