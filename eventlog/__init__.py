@@ -9,6 +9,7 @@ t.delete("date < '2010-01-01'")
 from eventlog.errors import (
     AppendOnlyViolationError,
     ChangeDataNotRecordedError,
+    ChangeDataSchemaChangeError,
     ClusteringError,
     ColumnMappingError,
     CommitFailedError,
@@ -36,6 +37,7 @@ from eventlog.errors import (
     PredicateError,
     ProtocolChangedException,
     ReplayMismatchError,
+    RowTrackingNotEnabledError,
     SchemaMismatchError,
     SlotStoreError,
     SlotStoreRequiredError,
@@ -60,6 +62,7 @@ from eventlog.txn.transaction import CommitResult
 __all__ = [
     "AppendOnlyViolationError",
     "ChangeDataNotRecordedError",
+    "ChangeDataSchemaChangeError",
     "CommitFailedError",
     "CommitLostError",
     "CommitResult",
@@ -90,6 +93,7 @@ __all__ = [
     "Replay",
     "ReplayMismatchError",
     "RetryPolicy",
+    "RowTrackingNotEnabledError",
     "SchemaMismatchError",
     "SlotStoreError",
     "SlotStoreRequiredError",

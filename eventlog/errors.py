@@ -23,8 +23,10 @@ from typing import Any
 from eventlog.error_base import EventlogError as EventlogError
 from eventlog.error_base import InvalidInputError as InvalidInputError
 from eventlog.feature_errors import ChangeDataNotRecordedError as ChangeDataNotRecordedError
+from eventlog.feature_errors import ChangeDataSchemaChangeError as ChangeDataSchemaChangeError
 from eventlog.feature_errors import FeatureDropError as FeatureDropError
 from eventlog.feature_errors import InvalidChangeRangeError as InvalidChangeRangeError
+from eventlog.feature_errors import RowTrackingNotEnabledError as RowTrackingNotEnabledError
 
 DOC_LINK = "https://docs.delta.io/latest/concurrency-control.html"
 

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from eventlog.error_base import EventlogError, InvalidInputError
 
-__all__ = ["ChangeDataNotRecordedError", "FeatureDropError", "InvalidChangeRangeError"]
+__all__ = [
+    "ChangeDataNotRecordedError",
+    "ChangeDataSchemaChangeError",
+    "FeatureDropError",
+    "InvalidChangeRangeError",
+    "RowTrackingNotEnabledError",
+]
 
 
 class ChangeDataNotRecordedError(InvalidInputError):
@@ -94,3 +100,55 @@ class FeatureDropError(InvalidInputError):
     def delta_error_class(self) -> str:
         """Delta's error class for this refusal."""
         return self.REASONS.get(self.reason, "DELTA_FEATURE_DROP")
+
+
+class RowTrackingNotEnabledError(InvalidInputError):
+    """Row ids asked of a table (or a version of it) without row tracking enabled, where
+    they are not stable or not assigned (Delta's ``DELTA_ROW_TRACKING_NOT_ENABLED``-style
+    refusal of ``_metadata.row_id``). Fields: ``version`` (the version read) and
+    ``supported`` (whether the feature is listed in the protocol, only not turned on)."""
+
+    supported: bool
+
+    def __init__(self, *, version: int, supported: bool) -> None:
+        hint = (
+            "the table supports the rowTracking feature, but delta.enableRowTracking is not true"
+            if supported
+            else "the table does not support the rowTracking feature"
+        )
+        EventlogError.__init__(
+            self,
+            f"row ids were asked for at version {version}, but row tracking is not enabled there: "
+            f"{hint}; enable it with Table.set_properties({{'delta.enableRowTracking': 'true'}})",
+            version=version,
+            supported=supported,
+        )
+
+
+class ChangeDataSchemaChangeError(InvalidInputError):
+    """A change data feed read over a schema change it cannot read across (Delta's
+    ``DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE``): the rows are returned in the end
+    version's schema, and a version after the start committed a schema that is not read
+    compatible with it: a column renamed or dropped (column mapping), the partition columns
+    changed, a column's type changed or a nullable column made NOT NULL. Read the two sides
+    separately: ``start..version - 1`` and ``version..end``. Fields: ``start`` and ``end``
+    (the range asked for), ``version`` (the first version in the range whose schema is
+    incompatible) and ``read_version`` (the version whose schema the read returns)."""
+
+    error_class = "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE"
+
+    read_version: int
+
+    def __init__(self, *, start: int, end: int, version: int, read_version: int) -> None:
+        EventlogError.__init__(
+            self,
+            f"[{self.error_class}] Retrieving table changes between version {start} and {end} "
+            "failed because of an incompatible schema change. Your read schema is the schema at "
+            f"version {read_version}, but we found an incompatible schema change at version "
+            f"{version}. If possible, please query table changes separately from version {start} "
+            f"to {version - 1}, and from version {version} to {end}.",
+            start=start,
+            end=end,
+            version=version,
+            read_version=read_version,
+        )

@@ -90,6 +90,7 @@ def write_data_files(
     max_rows_per_file: int | None = None,
     name_prefix: str | None = None,
     stem: str = "part",
+    hidden: Sequence[str] = (),
 ) -> list[AddFile]:
     """Write ``data`` (already conformed, partition columns included) as Parquet files.
 
@@ -99,7 +100,8 @@ def write_data_files(
     ``name_prefix`` (letters, digits, ``-``, ``_``, ``.``) names the files
     ``part-<prefix>-<5 digits>-<uuid>...`` so that a writer (a streaming batch) can
     recognise its own files later. ``stem`` replaces ``part`` (change data files are
-    ``cdc-...``).
+    ``cdc-...``). Columns named in ``hidden`` (row tracking's materialized ids, not in the
+    table schema) are written as they are, without statistics.
     """
     pcols = list(partition_columns)
     for c in pcols:
@@ -147,6 +149,7 @@ def write_data_files(
     writer.name_prefix = f"{name_prefix}-" if name_prefix else ""
     writer.stem = stem
     writer.random_dirs = random_dirs
+    writer.stats_schema = pa.schema([f for f in file_data.schema if f.name not in set(hidden)])
     try:
         if not pcols:
             writer.write_group({}, "", None, rows_per_group)
@@ -243,6 +246,7 @@ class _Writer:
         self.name_prefix = ""  # "<prefix>-" of every file name, or ""
         self.stem = "part"  # the first word of every file name
         self.random_dirs = False  # each file in a random-prefix directory instead of ``pdir``
+        self.stats_schema = self.schema  # the columns statistics are gathered on
 
     def _open_sink(self, path: str) -> Any:
         """A writable file: pyarrow's native file on local disks (no Python-level write
@@ -267,7 +271,7 @@ class _Writer:
             name = f"{self.stem}-{self.name_prefix}{len(self.started):05d}-{uuid.uuid4()}.c000.snappy.parquet"
             rel = f"{pdir}/{name}" if pdir else name
             self.started.append(quote(rel, safe="/="))
-            stats = StatsAccumulator(self.schema)
+            stats = StatsAccumulator(self.stats_schema)
             pending: Future[None] | None = None
             rows = 0
             if self.dictionary is None:
@@ -292,10 +296,13 @@ class _Writer:
                         if pending is not None:
                             pending.result()
                             pending = None
+                        measured = chunk
+                        if self.stats_schema is not self.schema:
+                            measured = chunk.select(self.stats_schema.names)
                         if chunk.num_rows >= _PARALLEL_STATS_ROWS:
-                            pending = _STATS_POOL.submit(stats.update, chunk)
+                            pending = _STATS_POOL.submit(stats.update, measured)
                         else:  # a thread hand-off costs more than small statistics
-                            stats.update(chunk)
+                            stats.update(measured)
                         writer.write_table(chunk, row_group_size=n)
                         pos += n
                         rows += n

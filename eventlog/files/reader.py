@@ -353,6 +353,24 @@ class DataFileReader:
         dataset = ds.FileSystemDataset([fragment], schema=self.schema, format=_PARQUET_FORMAT)
         return _exact_types(dataset.to_table(columns=out_schema.names), out_schema)
 
+    def read_hidden(self, names: Sequence[str], row_groups: Sequence[int] | None = None) -> pa.Table | None:
+        """Columns ``names`` that are in the file but not in the table schema (row tracking's
+        materialized ids), as int64, of ``row_groups`` (default all): None when the file has
+        none of them, a null column for each one it lacks."""
+        present = [n for n in names if n in self._fragment.physical_schema.names]
+        if not present:
+            return None
+        fragment = self._fragment
+        if row_groups is not None and list(row_groups) != list(range(self.num_row_groups)):
+            fragment = fragment.subset(row_group_ids=list(row_groups))
+        read = fragment.to_table(columns=present)
+        return pa.table(
+            {
+                n: read.column(n).cast(pa.int64()) if n in present else pa.nulls(read.num_rows, pa.int64())
+                for n in names
+            }
+        )
+
     def row_group_stats(self, columns: Iterable[str]) -> pa.Table:
         """The row groups' Parquet statistics in :func:`eventlog.files.stats.stats_table`'s layout
         (one row per row group), for :func:`eventlog.expr.skipping.may_match`.

@@ -27,6 +27,7 @@ from eventlog import expr as ex
 from eventlog.errors import CorruptLogError, PredicateError
 from eventlog.expr.evaluate import ARROW_ERRORS
 from eventlog.files import column_mapping as cm
+from eventlog.files import row_tracking
 from eventlog.files.deletion_vectors import deleted_mask, read_deletion_vector
 from eventlog.files.reader import DataFileReader, read_data_files
 from eventlog.log.actions import AddFile
@@ -247,23 +248,60 @@ class FileScan:
         index = np.flatnonzero(ex.evaluate_mask(predicate, rows).to_numpy(zero_copy_only=False))
         return self._physical(groups, index if kept is None else kept[index])
 
-    def rows_at(self, positions: np.ndarray, columns: Sequence[str] | None = None) -> pa.Table:
-        """``columns`` (default all) of the rows at ``positions`` (physical, ascending, distinct),
-        in that order; reads only the row groups holding them."""
+    def _locate(self, positions: np.ndarray) -> tuple[list[int], np.ndarray]:
+        """(the row groups holding ``positions`` (physical, ascending), in file order; each
+        position's index in a read of just those groups)."""
         starts = np.asarray(self.reader.row_group_starts, dtype=np.int64)
         group_of = np.searchsorted(starts, positions, side="right") - 1
         groups = np.unique(group_of)
-        rows = self.reader.read(columns, [int(g) for g in groups])
         sizes = starts[groups + 1] - starts[groups]
-        read_offset = np.cumsum(sizes) - sizes  # where each group starts in ``rows``
-        local = read_offset[np.searchsorted(groups, group_of)] + positions - starts[group_of]
-        if len(local) == rows.num_rows and np.array_equal(local, np.arange(len(local))):
-            return rows  # every row read, in order
-        return rows.take(pa.array(local, pa.int64()))
+        read_offset = np.cumsum(sizes) - sizes  # where each group starts in the read
+        local: np.ndarray = read_offset[np.searchsorted(groups, group_of)] + positions - starts[group_of]
+        return [int(g) for g in groups], local
 
-    def live_rows_marked(self, positions: np.ndarray) -> tuple[pa.Table, pa.BooleanArray]:
-        """(every live row, all columns; which of them are at physical ``positions``)."""
+    def rows_at(
+        self,
+        positions: np.ndarray,
+        columns: Sequence[str] | None = None,
+        *,
+        hidden: tuple[str, str] | None = None,
+    ) -> pa.Table:
+        """``columns`` (default all) of the rows at ``positions`` (physical, ascending, distinct),
+        in that order; reads only the row groups holding them. With ``hidden`` (row
+        tracking's column names), their stable ids are appended as those columns."""
+        groups, local = self._locate(positions)
+        rows = self.reader.read(columns, groups)
+        if not (len(local) == rows.num_rows and np.array_equal(local, np.arange(len(local)))):
+            rows = rows.take(pa.array(local, pa.int64()))
+        return self.tracked(rows, positions, hidden)
+
+    def tracked(self, rows: pa.Table, positions: np.ndarray, hidden: tuple[str, str] | None) -> pa.Table:
+        """``rows`` (at physical ``positions``) with their stable row ids and commit versions
+        as the hidden columns ``hidden`` names; unchanged when None (no row tracking)."""
+        if hidden is None:
+            return rows
+        return row_tracking.attach(rows, hidden, *self.stable_row_ids(positions, hidden))
+
+    def stable_row_ids(
+        self, positions: np.ndarray, hidden: tuple[str, str] | None
+    ) -> tuple[pa.Array, pa.Array]:
+        """(stable row ids, stable row commit versions) of the rows at ``positions``
+        (physical, ascending): the file's materialized values (``hidden`` names the
+        columns), else ``baseRowId`` + position and ``defaultRowCommitVersion``."""
+        materialized = None
+        if hidden is not None and len(positions):
+            groups, local = self._locate(positions)
+            read = self.reader.read_hidden(hidden, groups)
+            if read is not None:
+                materialized = read.take(pa.array(local, pa.int64()))
+        return row_tracking.stable_ids(self.add, positions, materialized, hidden)
+
+    def live_rows_marked(
+        self, positions: np.ndarray, *, hidden: tuple[str, str] | None = None
+    ) -> tuple[pa.Table, pa.BooleanArray]:
+        """(every live row, all columns, with stable row ids when ``hidden`` names their
+        columns; which of them are at physical ``positions``)."""
         rows, live = self.live_rows()
         marked = np.zeros(self.num_rows, dtype=np.bool_)
         marked[positions] = True
-        return rows, _bool_array(marked[live])
+        return self.tracked(rows, live, hidden), _bool_array(marked[live])

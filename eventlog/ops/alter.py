@@ -14,6 +14,7 @@ from eventlog.errors import (
     InvalidTablePropertyError,
 )
 from eventlog.files import column_mapping as cm
+from eventlog.files import row_tracking
 from eventlog.files.change_data import CDF_PROPERTY
 from eventlog.files.schema import canonical_schema, to_spark_schema_json
 from eventlog.files.type_widening import TYPE_WIDENING_PROPERTY
@@ -29,16 +30,20 @@ from eventlog.userinput import check_string_map, parse_interval_ms
 
 APPEND_ONLY_KEY = "delta.appendOnly"
 TARGET_FILE_SIZE_KEY = "delta.targetFileSize"
-_BOOL_PROPERTIES = (APPEND_ONLY_KEY, DV_PROPERTY, TYPE_WIDENING_PROPERTY, ict.ENABLE_KEY, CDF_PROPERTY)
+_BOOL_PROPERTIES = (
+    APPEND_ONLY_KEY,
+    DV_PROPERTY,
+    TYPE_WIDENING_PROPERTY,
+    ict.ENABLE_KEY,
+    CDF_PROPERTY,
+    row_tracking.ENABLE_KEY,
+    row_tracking.SUSPENDED_KEY,
+)
 _INT_PROPERTIES = ("delta.checkpointInterval", TARGET_FILE_SIZE_KEY, "delta.dataSkippingNumIndexedCols")
 DELETED_FILE_RETENTION_KEY = "delta.deletedFileRetentionDuration"
 DEFAULT_DELETED_FILE_RETENTION = "interval 1 week"
 _INTERVAL_PROPERTIES = ("delta.logRetentionDuration", DELETED_FILE_RETENTION_KEY, AUDIT_RETENTION_KEY)
 
-
-# Features whose write rules are not implemented (yet): enabling them is refused rather
-# than silently producing tables other Delta writers would consider broken.
-_UNSUPPORTED_TRUE = ("delta.enableRowTracking",)
 # Interpreted by the streaming sink's auto-compaction (streaming.compaction).
 AUTO_COMPACT_KEY = "delta.autoOptimize.autoCompact"
 
@@ -62,9 +67,6 @@ def validate_properties(properties: Mapping[str, str]) -> None:
         elif key == AUTO_COMPACT_KEY:
             if value.strip().lower() not in ("true", "false", "auto", "legacy"):
                 raise InvalidTablePropertyError(key, value, ["true", "false", "auto", "legacy"])
-        elif key in _UNSUPPORTED_TRUE:
-            if value != "false":
-                raise InvalidTablePropertyError(key, value, ["false (not supported yet)"])
         elif key in _INTERVAL_PROPERTIES:
             if not (value.isascii() and len(value) <= 100):
                 raise InvalidTablePropertyError(key, value, ["an interval such as 'interval 7 days'"])
@@ -82,11 +84,22 @@ def validate_properties(properties: Mapping[str, str]) -> None:
             raise InvalidInputError(f"unknown Delta table property {key!r}")
 
 
+def table_properties(
+    schema: pa.Schema, old: Mapping[str, str], new: Mapping[str, str], *, new_table: bool
+) -> tuple[pa.Schema, dict[str, str]]:
+    """The schema and properties after the table properties change from ``old`` to ``new``
+    (already validated): column mapping's ids and physical names
+    (:func:`eventlog.ops.columns.mapping_properties`), and the hidden row-tracking columns
+    named when row tracking is turned on."""
+    schema, config = columns.mapping_properties(schema, old, new, new_table=new_table)
+    return schema, row_tracking.with_column_names(config, schema.names)
+
+
 def set_properties(plan: PlanBuilder, properties: Mapping[str, str]) -> Plan:
     validate_properties(properties)
     plan.set_operation("SET TBLPROPERTIES", {"properties": dict(properties)}, changes_data=False)
     old = plan.metadata.configuration
-    schema, config = columns.mapping_properties(plan.schema, old, {**old, **properties}, new_table=False)
+    schema, config = table_properties(plan.schema, old, {**old, **properties}, new_table=False)
     metadata = dataclasses.replace(plan.metadata, configuration=config)
     if schema is not plan.schema:  # column mapping turned on: ids and physical names
         metadata = dataclasses.replace(metadata, schema_string=to_spark_schema_json(schema))
@@ -95,7 +108,20 @@ def set_properties(plan: PlanBuilder, properties: Mapping[str, str]) -> Plan:
     upgraded = upgrade(current, schema, config)
     if upgraded != current:  # e.g. enabling deletion vectors adds the table feature
         plan.update_protocol(upgraded)
+    assert plan.snapshot is not None
+    if row_tracking.enabled(upgraded, metadata) and not row_tracking.enabled(current, plan.snapshot.metadata):
+        backfill_row_ids(plan)
     return plan.build()
+
+
+def backfill_row_ids(plan: PlanBuilder) -> None:
+    """Row tracking turned on for an existing table: every live file without a ``baseRowId``
+    is added again (``dataChange`` false) and gets one at commit, as the protocol asks of
+    the version that enables it (Delta Spark does this in a separate backfill commit)."""
+    assert plan.snapshot is not None
+    missing = [f for f in plan.snapshot.add_files if f.base_row_id is None]
+    plan.add_files([dataclasses.replace(f, data_change=False) for f in missing], created=False)
+    plan.add_metrics(numBackfilledFiles=len(missing))
 
 
 def unset_properties(plan: PlanBuilder, keys: Sequence[str]) -> Plan:

@@ -11,7 +11,8 @@ from eventlog.errors import (
     AppendOnlyViolationError,
     InvalidInputError,
 )
-from eventlog.files import column_mapping as cm
+from eventlog.files import row_tracking
+from eventlog.files.constraints import WriteRules
 from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE, write_data_files
 from eventlog.log.actions import AddFile
 from eventlog.ops.alter import APPEND_ONLY_KEY, TARGET_FILE_SIZE_KEY
@@ -49,8 +50,7 @@ def write_rows(plan: PlanBuilder, data: pa.Table, *, data_change: bool = True) -
     """Write conformed rows as new data files and stage their adds."""
     if data.num_rows == 0:
         return []
-    if cm.is_mapped(plan.schema) and not cm.is_mapped(data.schema):
-        data = cm.adopt(data, plan.schema)  # column mapping: written under physical names
+    data, hidden = file_rows(plan, data)
     adds = write_data_files(
         plan.table.log.fs,
         plan.table.log.root,
@@ -58,6 +58,25 @@ def write_rows(plan: PlanBuilder, data: pa.Table, *, data_change: bool = True) -
         partition_columns=plan.metadata.partition_columns,
         data_change=data_change,
         target_file_size=table_target_size(plan),
+        hidden=hidden,
     )
     plan.add_files(adds)
     return adds
+
+
+def file_rows(plan: PlanBuilder, data: pa.Table) -> tuple[pa.Table, list[str]]:
+    """Conformed rows as :func:`write_data_files` takes them for this table: with column
+    mapping's physical names, and the names of row tracking's hidden columns among them
+    (rows a rewrite copied carry their stable ids there)."""
+    return row_tracking.file_layout(
+        data, plan.schema, row_tracking.hidden_columns(plan.metadata.configuration)
+    )
+
+
+def prepare_rewrite(
+    plan: PlanBuilder, rules: WriteRules, rows: pa.Table, schema: pa.Schema, *, context: str
+) -> pa.Table:
+    """``rules.prepare`` of rows a rewrite writes: row tracking's hidden columns (the rows'
+    stable ids) are set aside while the rows are conformed, then put back."""
+    body, hidden = row_tracking.split(rows, row_tracking.hidden_columns(plan.metadata.configuration))
+    return row_tracking.rejoin(rules.prepare(body, schema, context=context), hidden)

@@ -16,11 +16,12 @@ from eventlog.errors import (
     UnknownColumnError,
 )
 from eventlog.expr.evaluate import ARROW_ERRORS
+from eventlog.files import row_tracking
 from eventlog.files.change_data import UPDATE_POSTIMAGE, UPDATE_PREIMAGE
 from eventlog.files.constraints import WriteRules
 from eventlog.files.identity import check_not_assigned
 from eventlog.log.actions import AddFile
-from eventlog.ops.common import check_append_only, write_rows
+from eventlog.ops.common import check_append_only, prepare_rewrite, write_rows
 from eventlog.ops.rows import matching_files, remove_rows
 from eventlog.txn.plan import Plan, PlanBuilder
 
@@ -98,6 +99,7 @@ def update(plan: PlanBuilder, predicate: str | None, assignments: Mapping[str, s
     files = plan.scan(pred)
     use_dv = plan.deletion_vectors_enabled
     cdf = plan.change_data_enabled
+    hidden = plan.row_id_columns  # row tracking: updated and copied rows keep their ids
     touched: list[AddFile] = []
     rewritten: list[pa.Table] = []
     hits: list[pa.Array] = []  # per rewritten part, which rows are updated (change data)
@@ -110,13 +112,15 @@ def update(plan: PlanBuilder, predicate: str | None, assignments: Mapping[str, s
             # The old images become DV-deleted rows; the new images go to a new file: only
             # the matched rows are read in full.
             plan.delete_rows(scan.add, matched, scan.deleted, scan.num_rows)
-            old = scan.rows_at(matched)
-            rewritten.append(apply_assignments(old, None, exprs, plan.schema))
+            old = scan.rows_at(matched, hidden=hidden)
+            new = apply_assignments(old, None, exprs, plan.schema)
+            rewritten.append(row_tracking.mark_updated(new, hidden))
             hit: pa.Array = pa.repeat(pa.scalar(True), old.num_rows)
         else:
-            old, hit = scan.live_rows_marked(matched)
+            old, hit = scan.live_rows_marked(matched, hidden=hidden)
             copied += old.num_rows - hits_here
-            rewritten.append(apply_assignments(old, hit, exprs, plan.schema))
+            new = apply_assignments(old, hit, exprs, plan.schema)
+            rewritten.append(row_tracking.mark_updated(new, hidden, hit))
         if cdf:
             plan.record_changes(UPDATE_PREIMAGE, old.filter(hit))
             hits.append(hit)
@@ -124,8 +128,8 @@ def update(plan: PlanBuilder, predicate: str | None, assignments: Mapping[str, s
         rules = WriteRules.of(plan.schema, plan.metadata.configuration)
         # generated columns not assigned are computed again from the new values (Delta)
         stale = [c for c, _ in rules.generated if c not in exprs]
-        new_rows = rules.prepare(
-            pa.concat_tables(rewritten).drop_columns(stale), plan.schema, context="update"
+        new_rows = prepare_rewrite(
+            plan, rules, pa.concat_tables(rewritten).drop_columns(stale), plan.schema, context="update"
         )
         if cdf:
             plan.record_changes(UPDATE_POSTIMAGE, new_rows.filter(pa.chunked_array(hits, pa.bool_())))

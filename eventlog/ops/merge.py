@@ -28,12 +28,13 @@ import pyarrow.compute as pc
 from eventlog import expr as ex
 from eventlog.errors import InvalidInputError
 from eventlog.expr.evaluate import ARROW_ERRORS
+from eventlog.files import row_tracking
 from eventlog.files.change_data import DELETE, INSERT, UPDATE_POSTIMAGE, UPDATE_PREIMAGE
 from eventlog.files.constraints import WriteRules
 from eventlog.files.identity import check_not_assigned, identity_columns
 from eventlog.files.scan import FileScan, top_level_columns
 from eventlog.log.actions import AddFile
-from eventlog.ops.common import to_arrow_table, write_rows
+from eventlog.ops.common import prepare_rewrite, to_arrow_table, write_rows
 from eventlog.ops.dml import apply_assignments
 from eventlog.ops.mergeplan import (
     ClauseSpec,
@@ -159,7 +160,7 @@ class _MergeClauses:
             # Old images of updated rows and deleted rows become DV deletes; only the new
             # images are written.
             self._delete_by_dv(files, touched_ids, updates, deletes)
-            rewritten = updates.select(schema.names) if updates.num_rows else None
+            rewritten = self._new_images(updates) if updates.num_rows else None
         else:
             rewritten = self._rewrite(touched_ids, updates, deletes)
             plan.remove_files(touched)
@@ -171,7 +172,7 @@ class _MergeClauses:
             stale = [c for c, _ in rules.generated if c not in assigned]
             parts = [part.drop_columns(stale) for part in out_parts]
             rows = pa.concat_tables(parts, promote_options="default")  # nullability may differ
-            rows = rules.prepare(rows, schema, context="merge")
+            rows = prepare_rewrite(plan, rules, rows, schema, context="merge")
             if plan.change_data_enabled:  # the new images end the rewritten rows, then inserts
                 n_new = rewritten.num_rows if rewritten is not None else 0
                 plan.record_changes(UPDATE_POSTIMAGE, rows.slice(n_new - updates.num_rows, updates.num_rows))
@@ -372,13 +373,34 @@ class _MergeClauses:
             ):
                 drop.setdefault(fid, set()).add(rid)
         parts = []
+        hidden = self._out.row_id_columns
         for fid in sorted(touched):
             rows, live = self._whole_file(fid)
             gone = np.fromiter(drop.get(fid, ()), dtype=np.int64)
-            parts.append(rows.filter(pc.invert(pc.is_in(pa.array(live), pa.array(gone, pa.int64())))))
+            kept = pc.invert(pc.is_in(pa.array(live), pa.array(gone, pa.int64())))
+            copied = live[kept.to_numpy(zero_copy_only=False)]
+            parts.append(self._scans[fid].tracked(rows.filter(kept), copied, hidden))
         if updates.num_rows:
-            parts.append(updates.select(self.target_schema.names))
+            parts.append(self._new_images(updates))
         return pa.concat_tables(parts)
+
+    def _new_images(self, updates: pa.Table) -> pa.Table:
+        """The updated rows as written: the target's columns and, with row tracking, each
+        row's stable id (its commit version left null: the commit's)."""
+        rows = updates.select(self.target_schema.names)
+        hidden = self._out.row_id_columns
+        if hidden is None:
+            return rows
+        t = self.target_alias
+        fids = updates[f"{t}.{_FILE}"].to_numpy()
+        positions = updates[f"{t}.{_ROW}"].to_numpy()
+        ids: list[pa.Table] = []
+        for fid in np.unique(fids):
+            at = np.flatnonzero(fids == fid)
+            got, _ = self._scans[int(fid)].stable_row_ids(positions[at], hidden)
+            ids.append(pa.table({"at": pa.array(at, pa.int64()), "id": got}))
+        row_ids = pa.concat_tables(ids).sort_by("at").column("id")
+        return row_tracking.attach(rows, hidden, row_ids, pa.nulls(rows.num_rows, pa.int64()))
 
 
 class MergeBuilder(_MergeClauses):

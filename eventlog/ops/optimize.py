@@ -22,10 +22,10 @@ from eventlog.errors import (
 from eventlog.files import column_mapping as cm
 from eventlog.files.datafiles import write_data_files
 from eventlog.files.pruning import prune_table
-from eventlog.files.scan import read_file_positions
+from eventlog.files.scan import FileScan, read_file_positions
 from eventlog.log.actions import AddFile
 from eventlog.log.filetable import add_files
-from eventlog.ops.common import table_target_size, write_rows
+from eventlog.ops.common import file_rows, table_target_size, write_rows
 from eventlog.ops.rows import read_rows
 from eventlog.snapshot.clustering import check_no_zorder, clustering_columns
 from eventlog.txn.plan import Plan, PlanBuilder
@@ -179,17 +179,24 @@ def _compact_mapped(plan: PlanBuilder, sources: Sequence[AddFile]) -> None:
     parts: list[pa.Table] = []
     records: list[tuple[AddFile, FrozenBitMap64, int, int]] = []
     offset = 0
+    hidden = plan.row_id_columns
     for f in sources:
-        rows, _, current, physical = read_file_positions(fs, root, f, plan.schema, partition_columns)
+        rows, positions, current, physical = read_file_positions(fs, root, f, plan.schema, partition_columns)
+        if hidden is not None:  # row tracking: the rows keep their stable ids
+            rows = FileScan(fs, root, f, plan.schema, partition_columns).tracked(rows, positions, hidden)
         records.append((f, current, physical, offset))
         parts.append(rows)
         offset += rows.num_rows
-    data = pa.concat_tables(parts)
-    if cm.is_mapped(plan.schema) and not cm.is_mapped(data.schema):
-        data = cm.adopt(data, plan.schema)  # column mapping: written under physical names
+    data, hidden_names = file_rows(plan, pa.concat_tables(parts))
     # A bin holds one partition's files: one output file, in that partition.
     (add,) = write_data_files(
-        fs, root, data, partition_columns=partition_columns, data_change=False, target_file_size=2**62
+        fs,
+        root,
+        data,
+        partition_columns=partition_columns,
+        data_change=False,
+        target_file_size=2**62,
+        hidden=hidden_names,
     )
     compaction = [
         CompactionSource(f.path, f.key[1], current, physical, add.path, start)

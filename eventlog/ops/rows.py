@@ -20,10 +20,18 @@ from eventlog.txn.plan import PlanBuilder
 
 
 def read_rows(plan: PlanBuilder, files: Sequence[AddFile]) -> pa.Table:
-    """Live rows of ``files`` (deletion vectors applied)."""
-    return read_live_rows(
-        plan.table.log.fs, plan.table.log.root, files, plan.schema, plan.metadata.partition_columns
-    )
+    """Live rows of ``files`` (deletion vectors applied), with their stable row ids in row
+    tracking's hidden columns when the table tracks rows (a rewrite keeps them)."""
+    fs, root, parts = plan.table.log.fs, plan.table.log.root, plan.metadata.partition_columns
+    hidden = plan.row_id_columns
+    if hidden is None or not files:
+        return read_live_rows(fs, root, files, plan.schema, parts)
+    tracked = []
+    for f in files:
+        scan = FileScan(fs, root, f, plan.schema, parts)
+        rows, positions = scan.live_rows()
+        tracked.append(scan.tracked(rows, positions, hidden))
+    return pa.concat_tables(tracked)
 
 
 def live_row_count(f: AddFile) -> int:
@@ -81,7 +89,7 @@ def remove_rows(plan: PlanBuilder, files: Sequence[AddFile], pred: ex.Expr | Non
             # readers tell these deletes from the DVs: read only for a commit's change files
             plan.record_changes_later(DELETE, functools.partial(scan.rows_at, matched))
             continue
-        rows, hit = scan.live_rows_marked(matched)
+        rows, hit = scan.live_rows_marked(matched, hidden=plan.row_id_columns)
         survivors.append(rows.filter(pc.invert(hit)))
         if plan.change_data_enabled:
             plan.record_changes(DELETE, rows.filter(hit))

@@ -275,11 +275,12 @@ FEATURES: Mapping[str, TableFeature] = {
             "rowTracking",
             False,
             _S.FULL,
-            _S.NONE,
+            _S.FULL,
             requires=("domainMetadata",),
             enabled_by="delta.enableRowTracking",
             removable=True,
-            note="writers must assign row ids whenever the feature is supported",
+            note="fresh row ids at commit, stable ids materialized through rewrites "
+            "(eventlog.files.row_tracking)",
         ),
         _F(
             "inCommitTimestamp",
@@ -371,5 +372,13 @@ def unsupported(protocol: Protocol, metadata: Metadata | None, operation: Operat
 
 
 def needed_features(metadata: Metadata) -> set[str]:
-    """The features a table with ``metadata`` must list (the registry's ``needed_by``)."""
-    return {name for name, feature in FEATURES.items() if feature.needed_by(metadata)}
+    """The features a table with ``metadata`` must list (the registry's ``needed_by``), and
+    the features those require (rowTracking and clustering need domainMetadata)."""
+    needed = {name for name, feature in FEATURES.items() if feature.needed_by(metadata)}
+    pending = list(needed)
+    while pending:
+        for required in FEATURES[pending.pop()].requires:
+            if required not in needed:
+                needed.add(required)
+                pending.append(required)
+    return needed

@@ -36,10 +36,10 @@ from eventlog.log.verify import verify as verify_log
 from eventlog.ops.alter import (
     DEFAULT_DELETED_FILE_RETENTION,
     DELETED_FILE_RETENTION_KEY,
+    table_properties,
     validate_properties,
 )
 from eventlog.ops.clustering import stage_new_clustering
-from eventlog.ops.columns import mapping_properties
 from eventlog.ops.common import to_arrow_table, write_rows
 from eventlog.ops.merge import TableMergeBuilder
 from eventlog.ops.transaction import Transaction
@@ -150,7 +150,7 @@ class Table(AlterTable, TableChanges, DropFeature, ClusteredTable):
         check_identity_schema(arrow_schema, parts, "create")
         props = dict(properties or {})
         validate_properties(props)
-        arrow_schema, props = mapping_properties(arrow_schema, {}, props, new_table=True)  # column mapping
+        arrow_schema, props = table_properties(arrow_schema, {}, props, new_table=True)  # derived keys
         metadata = new_table_metadata(arrow_schema, parts, props, name=name, description=description)
         txn = Transaction(table, None)
         txn.set_operation(
@@ -533,10 +533,12 @@ class Table(AlterTable, TableChanges, DropFeature, ClusteredTable):
         version: int | None = None,
         *,
         timestamp: dt.datetime | str | int | None = None,
+        row_ids: bool = False,
     ) -> pa.Table:
-        """Read the table (or a past version); ``filter`` is a SQL predicate."""
-        snap = self.snapshot(version, timestamp=timestamp)
-        return read_snapshot_rows(self.log.fs, self.log.root, snap, filter=filter, columns=columns)
+        """Read the table (or a past version); ``filter`` is a SQL predicate. ``row_ids`` adds
+        ``_row_id`` and ``_row_commit_version`` (row tracking tables)."""
+        snap, fs = self.snapshot(version, timestamp=timestamp), self.log.fs
+        return read_snapshot_rows(fs, self.log.root, snap, filter=filter, columns=columns, row_ids=row_ids)
 
     @property
     def audit_key(self) -> bytes | None:

@@ -27,8 +27,10 @@ from pyroaring import AbstractBitMap64
 
 from eventlog import metrics
 from eventlog.errors import DeltaConcurrentModificationException
+from eventlog.files import row_tracking
 from eventlog.files.datafiles import delete_files
 from eventlog.files.deletion_vectors import dv_file_path
+from eventlog.files.reader import physical_row_count
 from eventlog.files.scan import file_deletes
 from eventlog.log import in_commit_timestamps as ict
 from eventlog.log.actions import Action, AddCDCFile, AddFile, CommitInfo, Metadata, RemoveFile
@@ -101,6 +103,8 @@ class PendingCommit:
     body: tuple[Action, ...]
     summary: TransactionSummary
     created: tuple[str, ...]  # data and DV files it wrote (table-relative), deleted if unused
+    # The row-id high-water mark of the read snapshot (eventlog.files.row_tracking).
+    row_id_mark: int = row_tracking.NO_HIGH_WATER_MARK
 
 
 class PhaseTimer:
@@ -140,6 +144,9 @@ class CommitAttempt:
         # queued for group commit): the files it wrote must then be kept.
         self.may_still_land = False
         self._dated: tuple[int, int] | None = None  # (version, timestamp) of the last dating
+        # The row-id high-water mark of the latest version checked (the read one, then each
+        # winner's): fresh row ids are assigned above it.
+        self.row_id_mark = pending.row_id_mark
 
     def bytes(self, version: int) -> bytes:
         """The commit file's bytes for ``version``: chained to version-1's hash
@@ -179,7 +186,10 @@ class CommitAttempt:
     def dated(self, actions: Sequence[Action], version: int) -> list[Action]:
         """``actions`` (commitInfo first) as the commit file of ``version`` holds them: with
         in-commit timestamps on, the commitInfo carries :meth:`commit_timestamp`, and a
-        commit that turns them on for an existing table records where they begin."""
+        commit that turns them on for an existing table records where they begin. On a
+        row-tracking table, adds get fresh row ids above the mark and ``version`` as their
+        default row commit version (:func:`eventlog.files.row_tracking.assign_fresh_row_ids`)."""
+        actions = self._with_row_ids(actions, version)
         if not self.in_commit_timestamps:
             return list(actions)
         info, *rest = actions
@@ -191,6 +201,17 @@ class CommitAttempt:
             for a in rest
         ]
         return [ict.stamp_info(info, ts), *body]
+
+    def _with_row_ids(self, actions: Sequence[Action], version: int) -> Sequence[Action]:
+        summary = self.summary
+        protocol = summary.protocol or summary.read_protocol
+        if not row_tracking.assigns(protocol, summary.metadata or summary.read_metadata):
+            return actions
+        fs, root = self.target.log.fs, self.target.log.root
+        out, _ = row_tracking.assign_fresh_row_ids(
+            actions, version, self.row_id_mark, lambda add: physical_row_count(fs, root, add)
+        )
+        return out
 
     def _winner_bitmaps(self, commit: Commit) -> dict[str, AbstractBitMap64]:
         """DV bitmaps of a winner's files that row-level resolution compares with ours."""
@@ -214,6 +235,8 @@ class CommitAttempt:
         """
         for commit in winners:
             winner = WinningCommit.of(commit, self._winner_bitmaps(commit))
+            # Rebased over the winner: our fresh row ids go above its mark.
+            self.row_id_mark = max(self.row_id_mark, row_tracking.high_water_mark(winner.domains))
             info = commit.commit_info
             fields = {
                 "table": self.target.uri,

@@ -60,6 +60,7 @@ from eventlog.errors import (
     DeltaConcurrentModificationException,
     SlotStoreError,
 )
+from eventlog.files import row_tracking
 from eventlog.log.actions import (
     ENGINE_INFO,
     Action,
@@ -130,6 +131,10 @@ def groupable(summary: TransactionSummary, body: Sequence[Action]) -> bool:
     if summary.removes or summary.domains or summary.dv_updates or summary.compaction:
         return False
     if summary.fail_on_any_winner or not all(_joinable(a) for a in body):
+        return False
+    if row_tracking.assigns(summary.read_protocol, summary.read_metadata):
+        # Fresh row ids are assigned when a commit's bytes are made for its version; members
+        # queue bytes already made, so row-tracking tables commit one transaction a version.
         return False
     written = {a.app_id for a in body if isinstance(a, SetTransaction)}
     return summary.read_set.app_ids <= written  # the queued file must show what it read

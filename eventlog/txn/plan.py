@@ -27,6 +27,7 @@ from pyroaring import BitMap64, FrozenBitMap64
 
 from eventlog import expr as ex
 from eventlog.errors import InvalidInputError, InvalidTextError, TransactionStateError
+from eventlog.files import row_tracking
 from eventlog.files.change_data import ChangeRecorder, cdf_enabled
 from eventlog.files.column_mapping import with_mode
 from eventlog.files.datafiles import delete_files
@@ -291,6 +292,15 @@ class PlanBuilder:
             self._dv_updates[add.path] = DvUpdate(add.path, num_rows, add.key[1], base, deleted)
 
     @property
+    def row_id_columns(self) -> tuple[str, str] | None:
+        """The hidden columns that keep rows' stable ids through rewrites (row tracking
+        enabled), or None: rows read for a rewrite carry them to the files written."""
+        protocol = self._protocol or (self.snapshot.protocol if self.snapshot is not None else None)
+        if not row_tracking.enabled(protocol, self.metadata):
+            return None
+        return row_tracking.materialized_columns(self.metadata.configuration)
+
+    @property
     def change_data_enabled(self) -> bool:
         """Whether the table records its changes (``delta.enableChangeDataFeed``): operations
         then report the rows they change (:meth:`record_changes`)."""
@@ -300,7 +310,7 @@ class PlanBuilder:
         """Rows (the table's columns) this operation changed as ``kind`` (insert, delete,
         update_preimage, update_postimage); kept only when the table records changes."""
         if self.change_data_enabled:
-            self._changes.rows(kind, rows)
+            self._changes.rows(kind, row_tracking.split(rows, self.row_id_columns or ())[0])
 
     def record_changes_later(self, kind: str, rows: Callable[[], pa.Table]) -> None:
         """Rows changed as ``kind`` that readers can tell from the file actions (DV deletes):

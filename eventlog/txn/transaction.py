@@ -38,6 +38,7 @@ from eventlog.errors import (
     InvalidTextError,
     TransactionStateError,
 )
+from eventlog.files import row_tracking
 from eventlog.files.datafiles import delete_files
 from eventlog.files.pruning import data_schema
 from eventlog.log.actions import (
@@ -278,6 +279,9 @@ class CoreTransaction(PlanBuilder):
             body=tuple(body),
             summary=self.summary(level, bool(info.is_blind_append)),
             created=tuple(self._created),
+            row_id_mark=row_tracking.high_water_mark(self.snapshot.domains)
+            if self.snapshot is not None
+            else row_tracking.NO_HIGH_WATER_MARK,
         )
 
     def commit(self) -> CommitResult:

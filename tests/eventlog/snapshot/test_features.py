@@ -133,9 +133,9 @@ def _data_files(uri: str) -> list[str]:
     ("protocol", "configuration", "named"),
     [
         (
-            Protocol(1, 7, None, ("appendOnly", "domainMetadata", "invariants", "rowTracking")),
+            Protocol(1, 7, None, ("allowColumnDefaults", "appendOnly", "invariants")),
             {},
-            ["rowTracking"],
+            ["allowColumnDefaults"],
         ),
         # vacuumProtocolCheck: VACUUM checks the writer protocol, so it refuses too.
         (
