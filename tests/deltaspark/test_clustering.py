@@ -1,6 +1,7 @@
 """Liquid clustering with Delta Spark: we append, delete and update on its clustered tables
 (the ``delta.clustering`` domain kept as it was), and it reads the result and still clusters
-it with OPTIMIZE."""
+it with OPTIMIZE; our Spark OPTIMIZE (:mod:`spark_adapter.ops.optimize_clustered`) clusters
+its tables, and it reads and re-clusters ours."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ import pyarrow as pa
 import pytest
 
 from eventlog import Table
-from tests.deltaspark.peer import delta_arrow, delta_detail
+from eventlog.errors import ClusteringError
+from eventlog.ops.optimize_clustered import ZCUBE_ID_TAG, ZCUBE_ZORDER_BY_TAG
+from spark_adapter.table import EventlogTable
+from tests.deltaspark.peer import delta_arrow, delta_detail, same_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
@@ -79,3 +83,71 @@ def test_delta_spark_reads_our_clustered_table_and_its_clustering_columns(
     _sql(spark, "INSERT INTO {t} VALUES (5, 'e')", path)
     _sql(spark, "OPTIMIZE {t}", path)  # and Delta Spark clusters after it
     assert delta_arrow(spark, path).num_rows == 5
+
+
+def _zcubes(path: str, columns: list[str]) -> set[str]:
+    """Every live file is liquid-clustered by ``columns`` (Delta's ZCube tags); the ZCube ids."""
+    with Table.open(path) as t:
+        files = t.refresh().add_files
+    assert files and {f.clustering_provider for f in files} == {"liquid"}
+    assert {(f.tags or {}).get(ZCUBE_ZORDER_BY_TAG) for f in files} == {orjson.dumps(columns).decode()}
+    return {(f.tags or {})[ZCUBE_ID_TAG] for f in files}
+
+
+def test_delta_spark_reads_and_reclusters_what_our_spark_optimize_clustered(
+    spark: Any, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "t")
+    schema = pa.schema([("id", pa.int64()), ("k", pa.int64())])
+    with Table.create(path, schema, cluster_by=["k"]) as t:
+        for start in (0, 100, 200):  # three unclustered files, keys all over the range
+            t.append(
+                pa.table(
+                    {"id": range(start, start + 50), "k": [(i * 37) % 101 for i in range(50)]}, schema=schema
+                )
+            )
+    result = EventlogTable.forPath(spark, path).optimize().executeCompaction()
+    assert (result.version, result.metrics["numRemovedFiles"]) == (4, "3")
+    ours_zcube = _zcubes(path, ["k"])
+    with Table.open(path) as t:
+        ours = t.to_arrow()
+    mine, theirs = same_rows(ours, delta_arrow(spark, path))
+    assert mine == theirs and len(mine) == 150
+    assert list(_sql(spark, "DESCRIBE DETAIL {t}", path)[0].clusteringColumns) == ["k"]
+    _sql(spark, "INSERT INTO {t} VALUES (1000, 5), (1001, 95)", path)
+    _sql(spark, "OPTIMIZE {t}", path)  # Delta Spark's clustering takes our ZCube in (same columns)
+    assert _zcubes(path, ["k"]).isdisjoint(ours_zcube)  # Delta tags as we do: '["k"]'
+    with Table.open(path) as t:
+        assert t.version == 6
+        assert t.history(1)[0]["operation"] == "OPTIMIZE"
+        ids = sorted(t.to_arrow().column("id").to_pylist())
+    assert ids == sorted([*ours.column("id").to_pylist(), 1000, 1001])
+    assert delta_arrow(spark, path).num_rows == 152
+
+
+def test_our_spark_optimize_clusters_delta_sparks_clustered_table(spark: Any, tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    _sql(spark, "CREATE TABLE {t} (id BIGINT, v STRING) USING delta CLUSTER BY (id)", path)
+    for values in ("(30, 'c'), (1, 'a')", "(20, 'b'), (4, 'd')", "(10, 'e')"):
+        _sql(spark, f"INSERT INTO {{t}} VALUES {values}", path)
+    before = delta_arrow(spark, path).sort_by("id").to_pylist()
+    ours = EventlogTable.forPath(spark, path)
+    assert ours.clusteringColumns() == ["id"]
+    with pytest.raises(ClusteringError) as refused:
+        ours.optimize().executeZOrderBy("v")
+    assert refused.value.reason == "zorder"
+    with Table.open(path) as t:
+        version, files = t.version, len(t.refresh().add_files)
+    assert files >= 3  # one or more per INSERT, none clustered yet
+    result = ours.optimize().executeCompaction()
+    assert (result.version, result.metrics["numRemovedFiles"]) == (version + 1, str(files))
+    assert len(_zcubes(path, ["id"])) == 1
+    assert delta_arrow(spark, path).sort_by("id").to_pylist() == before
+    detail = _sql(spark, "DESCRIBE DETAIL {t}", path)[0]
+    assert list(detail.clusteringColumns) == ["id"]
+    history = _sql(spark, "DESCRIBE HISTORY {t}", path)[0]
+    assert (history.version, history.operation) == (version + 1, "OPTIMIZE")
+    _sql(spark, "INSERT INTO {t} VALUES (5, 'f')", path)
+    _sql(spark, "OPTIMIZE {t}", path)  # and Delta Spark keeps clustering it
+    assert [r["id"] for r in delta_arrow(spark, path).sort_by("id").to_pylist()] == [1, 4, 5, 10, 20, 30]
+    _zcubes(path, ["id"])
