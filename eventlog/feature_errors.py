@@ -126,29 +126,51 @@ class RowTrackingNotEnabledError(InvalidInputError):
 
 
 class ChangeDataSchemaChangeError(InvalidInputError):
-    """A change data feed read over a schema change it cannot read across (Delta's
-    ``DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE``): the rows are returned in the end
-    version's schema, and a version after the start committed a schema that is not read
-    compatible with it: a column renamed or dropped (column mapping), the partition columns
-    changed, a column's type changed or a nullable column made NOT NULL. Read the two sides
-    separately: ``start..version - 1`` and ``version..end``. Fields: ``start`` and ``end``
-    (the range asked for), ``version`` (the first version in the range whose schema is
-    incompatible) and ``read_version`` (the version whose schema the read returns)."""
+    """A change data feed read over a schema change it cannot read across: the rows are
+    returned in the end version's schema, and data of the range was written in a schema not
+    read compatible with it: a column renamed or dropped (column mapping), the partition
+    columns changed, a column's type changed or a nullable column made NOT NULL. Read the two
+    sides separately: ``start..version - 1`` and ``version..end``.
 
-    error_class = "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE"
+    Fields: ``start`` and ``end`` (the range asked for), ``version`` (the version of the
+    schema change), ``read_version`` (the version whose schema the read returns: ``end``)
+    and ``reason``:
+
+    * ``"schema change"``: a version after the start committed a schema the end version's
+      cannot read (Delta's ``DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE``);
+    * ``"data schema"``: the start version's schema cannot be read as the end version's,
+      which is the only schema change in the range, at ``version`` (Delta's
+      ``DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_DATA_SCHEMA``, which names the start version).
+    """
+
+    REASONS = {
+        "schema change": "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE",
+        "data schema": "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_DATA_SCHEMA",
+    }
 
     read_version: int
 
-    def __init__(self, *, start: int, end: int, version: int, read_version: int) -> None:
+    def __init__(self, *, start: int, end: int, version: int, read_version: int, reason: str) -> None:
+        found = (
+            f"an incompatible schema change at version {version}"
+            if reason == "schema change"
+            else f"an incompatible data schema at version {start} (the schema changed at version {version})"
+        )
         EventlogError.__init__(
             self,
-            f"[{self.error_class}] Retrieving table changes between version {start} and {end} "
-            "failed because of an incompatible schema change. Your read schema is the schema at "
-            f"version {read_version}, but we found an incompatible schema change at version "
-            f"{version}. If possible, please query table changes separately from version {start} "
-            f"to {version - 1}, and from version {version} to {end}.",
+            f"[{self.REASONS.get(reason, self.REASONS['schema change'])}] Retrieving table changes "
+            f"between version {start} and {end} failed because of an incompatible schema change. "
+            f"Your read schema is the schema at version {read_version}, but we found {found}. "
+            f"If possible, please query table changes separately from version {start} to "
+            f"{version - 1}, and from version {version} to {end}.",
             start=start,
             end=end,
             version=version,
             read_version=read_version,
+            reason=reason,
         )
+
+    @property
+    def delta_error_class(self) -> str:
+        """Delta's error class for this refusal."""
+        return self.REASONS.get(self.reason, self.REASONS["schema change"])

@@ -273,7 +273,8 @@ class ChangeFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         elif last < first:
             return []
         else:
-            plan = plan_changes(self.table.commitlog, first, last, self.metadata)
+            # Delta checks schema changes so in batch reads only (a stream has its own rules).
+            plan = plan_changes(self.table.commitlog, first, last, self.metadata, check_schema=False)
         header = dataclasses.replace(plan, files=(), metadata=self.metadata)
         return [_StreamPartition(p.value, header) for p in _partitions(plan)]
 

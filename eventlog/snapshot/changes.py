@@ -15,7 +15,14 @@ Three steps, so that Spark can run the first two on the driver and the last in t
    commit (a new deletion vector) changes only the rows the vectors differ in, and a MERGE
    whose metrics say it inserted, updated and deleted nothing changes nothing. The feed
    must be on (``delta.enableChangeDataFeed``) at the start version and stay on:
-   :class:`~eventlog.errors.ChangeDataNotRecordedError` otherwise.
+   :class:`~eventlog.errors.ChangeDataNotRecordedError` otherwise. And every schema
+   committed after the start version must be read compatible with the end version's (the
+   schema the rows are returned in), as Delta's batch read checks (``CDCReader``, schema
+   mode ``endVersion``): no column renamed or dropped under column mapping, no change of
+   the partition columns or of the mapping mode, no column missing, retyped or made NOT
+   NULL; and so must the start version's.
+   :class:`~eventlog.errors.ChangeDataSchemaChangeError` names the version of the change;
+   a range that starts at or after it, or ends before it, reads fine.
 3. :func:`read_changes`: the rows (:mod:`eventlog.files.change_rows`) in the schema of the
    end version, with the commit timestamps, a SQL filter and a projection applied.
 
@@ -38,6 +45,7 @@ import pyarrow as pa
 from eventlog import expr as ex
 from eventlog.errors import (
     ChangeDataNotRecordedError,
+    ChangeDataSchemaChangeError,
     CorruptLogError,
     InvalidChangeRangeError,
     InvalidInputError,
@@ -285,16 +293,21 @@ def _commit_files(commit: Commit, commitlog: CommitLog, partitioned: bool) -> li
     return out
 
 
-def plan_changes(commitlog: CommitLog, start: int, end: int, latest_metadata: Metadata) -> ChangePlan:
+def plan_changes(
+    commitlog: CommitLog, start: int, end: int, latest_metadata: Metadata, *, check_schema: bool = True
+) -> ChangePlan:
     """The files and timestamps of a change data feed read of versions ``start..end`` (see the
     module docstring); ``latest_metadata`` is the schema of an empty read (``end < start``).
-    ChangeDataNotRecordedError when the feed is off at ``start`` or turned off by then."""
+    ChangeDataNotRecordedError when the feed is off at ``start`` or turned off by then;
+    ChangeDataSchemaChangeError (unless not ``check_schema``: a stream, which Delta does not
+    check so) when a schema committed after ``start`` is not read compatible with ``end``'s."""
     if end < start:
         return ChangePlan(start, end, latest_metadata, (), {})
     commits = commitlog.commits_between(start, end)
     metadata = commits[0].metadata
     if metadata is None:
         metadata = load_snapshot(commitlog, start).metadata
+    refusal = _schema_refusal(commits, start, end, metadata) if check_schema else None
     files: list[ChangeFile] = []
     for commit in commits:
         changed = commit.metadata
@@ -302,8 +315,102 @@ def plan_changes(commitlog: CommitLog, start: int, end: int, latest_metadata: Me
             metadata = changed
         if not cdf_enabled(metadata.configuration):
             raise ChangeDataNotRecordedError(version=commit.version, start=start, end=end)
+        if refusal is not None and refusal[0] == commit.version:
+            raise refusal[1]  # where Delta's read meets it, so that the errors come in its order
         files.extend(_commit_files(commit, commitlog, bool(metadata.partition_columns)))
+    if refusal is not None:
+        raise refusal[1]
     return ChangePlan(start, end, metadata, tuple(files), commit_timestamps(commitlog, commits))
+
+
+# --------------------------------------------------------------------------- schema changes
+
+
+def _schema_refusal(
+    commits: Sequence[Commit], start: int, end: int, first: Metadata
+) -> tuple[int, ChangeDataSchemaChangeError] | None:
+    """The error a read of ``commits`` (``start..end``; ``first``: the metadata at ``start``)
+    raises for a schema the end version's cannot read, and the version to raise it at (after
+    the last commit: -1); None when every schema reads as the end's.
+
+    As Delta: the first later version whose schema is incompatible (``"schema change"``),
+    else the start version's schema (``"data schema"``). The version named is the change
+    that makes the read incompatible: the first schema after the last incompatible one, the
+    version a read can start at."""
+    read = next((c.metadata for c in reversed(commits) if c.metadata is not None), first)
+    read_schema = from_spark_schema_json(read.schema_string)
+    bad = [
+        c.version
+        for c in commits
+        if c.version > start
+        and c.metadata is not None
+        and not _read_compatible(c.metadata, read, read_schema)
+    ]
+    if not bad and _read_compatible(first, read, read_schema):
+        return None
+    last = bad[-1] if bad else start
+    change = next((c.version for c in commits if c.version > last and c.metadata is not None), last)
+    reason = "schema change" if bad else "data schema"
+    error = ChangeDataSchemaChangeError(start=start, end=end, version=change, read_version=end, reason=reason)
+    return (bad[0] if bad else -1), error
+
+
+def _read_compatible(old: Metadata, read: Metadata, read_schema: pa.Schema) -> bool:
+    """Whether data written with ``old`` can be read in the schema of ``read`` (a later
+    version): Delta's ``hasNoColumnMappingSchemaChanges(read, old)`` and
+    ``SchemaUtils.isReadCompatible(old, read, forbidTightenNullability = true)``."""
+    old_schema = from_spark_schema_json(old.schema_string)
+    return _no_mapping_change(old, read, old_schema, read_schema) and _struct_compatible(
+        list(old_schema), list(read_schema)
+    )
+
+
+def _no_mapping_change(old: Metadata, read: Metadata, old_schema: pa.Schema, read_schema: pa.Schema) -> bool:
+    """No column renamed or dropped (same physical path, other name; a physical path gone),
+    the same partition columns, no mapping turned off. Without mapping at ``old``, its
+    columns' physical names are their names (what enabling mapping on a table assigns)."""
+    old_mode, read_mode = cm.mode_of(old.configuration), cm.mode_of(read.configuration)
+    if read_mode == "none":
+        return old_mode == "none"
+    read_paths = _physical_paths(list(read_schema), ())
+    for path, name in _physical_paths(list(old_schema), ()).items():
+        if read_paths.get(path, None) != name:  # dropped (None) or renamed
+            return False
+    return list(old.partition_columns) == list(read.partition_columns)
+
+
+def _physical_paths(fields: list[pa.Field], parent: tuple[str, ...]) -> dict[tuple[str, ...], str]:
+    """Each field at any depth (inside structs, lists and maps) by its physical path, to its name."""
+    out: dict[tuple[str, ...], str] = {}
+    for f in fields:
+        path = (*parent, cm.physical_name(f))
+        out[path] = f.name
+        out.update(_physical_paths(cm._children(f.type), path))
+    return out
+
+
+def _struct_compatible(old: list[pa.Field], read: list[pa.Field]) -> bool:
+    """Every old field still there (names matched without case, then exactly), with a
+    compatible type, and not nullable before but NOT NULL now; new fields are fine."""
+    before = {f.name.lower(): f for f in old}
+    if not set(before) <= {f.name.lower() for f in read}:
+        return False
+    for f in read:
+        was = before.get(f.name.lower())
+        if was is None:
+            continue
+        if was.name != f.name or (was.nullable and not f.nullable) or not _type_compatible(was.type, f.type):
+            return False
+    return True
+
+
+def _type_compatible(old: pa.DataType, read: pa.DataType) -> bool:
+    if pa.types.is_struct(old) and pa.types.is_struct(read):
+        return _struct_compatible(cm._children(old), cm._children(read))
+    if (pa.types.is_list(old) and pa.types.is_list(read)) or (pa.types.is_map(old) and pa.types.is_map(read)):
+        # an array's elements, a map's keys and values: the same rules, nullability included
+        return _struct_compatible(cm._children(old), cm._children(read))
+    return bool(old.equals(read))
 
 
 # --------------------------------------------------------------------------- reading
