@@ -201,7 +201,8 @@ def _clustering(
     clustering columns) it must name them: ClusteringError ``mismatch`` otherwise."""
     if spec is None:
         return list(current or ())
-    requested = [_resolve(raw, schema, "clusterBy") for raw in spec.split(",") if raw.strip().strip("`")]
+    names = [raw.strip().strip("`") for raw in spec.split(",")]
+    requested = [_resolve(name, schema) for name in names if name]
     clustered = check_cluster_by(requested, schema, parts, properties)
     if current is not None and clustered != list(current):
         raise ClusteringError(
@@ -213,15 +214,11 @@ def _clustering(
     return clustered
 
 
-def _resolve(raw: str, schema: pa.Schema, what: str) -> str:
-    """A column named in a write option: exact, else the one name equal ignoring case."""
-    name = raw.strip().strip("`")
-    if name in schema.names:
-        return name
+def _resolve(name: str, schema: pa.Schema) -> str:
+    """A column named in a write option: exact, else the one name equal ignoring case, else
+    as given (check_cluster_by then refuses it: ClusteringError ``unknown column``)."""
     match = [n for n in schema.names if n.lower() == name.lower()]
-    if len(match) != 1:
-        raise InvalidInputError(f"{what} column {name!r} is not in the schema {schema.names}")
-    return str(match[0])
+    return name if name in schema.names or len(match) != 1 else str(match[0])
 
 
 def _partition_columns(spec: str | None, schema: pa.Schema) -> tuple[str, ...] | None:

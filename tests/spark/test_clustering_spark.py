@@ -144,6 +144,12 @@ def test_clusterby_with_partitionby_is_refused(spark: Any, tmp_path: Path) -> No
     assert isinstance(err, ClusteringError)
     assert (err.columns, err.reason) == (["k"], "partitioned")
     assert not Table.exists(uri)
+    with pytest.raises(Exception) as caught:  # the engine's rules: an unknown column, say
+        df.write.format(FMT).mode("append").option("clusterBy", "nope").save(uri)
+    err = recover_error(caught.value)
+    assert isinstance(err, ClusteringError)
+    assert (err.columns, err.reason) == (["nope"], "unknown column")
+    assert not Table.exists(uri)
     # On an existing partitioned table, too.
     Table.create(uri, SCHEMA, partition_by=["v"]).close()
     with pytest.raises(Exception) as caught:
@@ -217,3 +223,28 @@ def test_curve_values_order_rows_by_sampled_ranks() -> None:
     one = {"s": rank_boundaries(pa.chunked_array([["x", "x"]]), 3)}
     assert one["s"].to_pylist() == ["x"]
     assert curve_values(pa.table({"s": ["w", "x", "y"]}), ["s"], one, 1).tolist() == [0, 1, 1]
+
+
+def test_shuffled_clustering_of_a_column_mapped_table_with_deletion_vectors(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(optimize_clustered, "_cluster_one", _refuse)
+    props = {
+        "delta.columnMapping.mode": "name",
+        "delta.enableDeletionVectors": "true",
+        "delta.targetFileSize": "6000",
+    }
+    t = _unclustered(str(tmp_path / "t"), 6, props)
+    st = EventlogTable.forPath(spark, t.uri)
+    st.delete("k < 100")  # deletion vectors on every file
+    assert any(f.deletion_vector is not None for f in t.refresh().add_files)
+    st.renameColumn("k", "key")  # clustering follows the column: physical names in the domain
+    assert st.clusteringColumns() == ["key", "id"]
+    before = _rows(t)
+    result = st.optimize().executeCompaction()
+    assert result.metrics["numRemovedFiles"] == "6"
+    _assert_clustered(t, ["key", "id"])
+    files = t.refresh().add_files
+    assert len(files) >= 2 and all(f.deletion_vector is None for f in files)
+    assert _rows(t) == before and min(r["key"] for r in before) >= 100
+    assert sorted(r["id"] for r in st.toDF().collect()) == [r["id"] for r in before]
