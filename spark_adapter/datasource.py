@@ -44,6 +44,10 @@ Options (case-insensitive):
 ``userMetadata``              write: stored in the commit's ``commitInfo``
 ``groupCommit``               append: ``true`` lets the commit share its version with
                               concurrent blind appends (:mod:`eventlog.txn.groupcommit`)
+``rowIds``                    read: ``true`` adds each row's stable ``_row_id`` and
+                              ``_row_commit_version`` (row tracking tables, Delta's
+                              ``_metadata.row_id``/``row_commit_version``; else
+                              ``RowTrackingNotEnabledError``)
 ``readChangeFeed``            read, readStream: ``true`` reads the change data feed, with
                               ``startingVersion``/``startingTimestamp`` and (batch)
                               ``endingVersion``/``endingTimestamp``
@@ -58,7 +62,8 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader
 from pyspark.sql.types import StructType
 
-from eventlog.errors import InvalidInputError
+from eventlog.errors import InvalidInputError, RowTrackingNotEnabledError
+from eventlog.files import row_tracking
 from eventlog.snapshot import Snapshot
 from eventlog.table import Table
 from spark_adapter.change_feed import (
@@ -70,7 +75,13 @@ from spark_adapter.change_feed import (
     stream_reader,
 )
 from spark_adapter.errors import typed_task_errors
-from spark_adapter.reader import DEFAULT_MAX_PARTITION_BYTES, EventlogReader, PruningReader, ScanSource
+from spark_adapter.reader import (
+    DEFAULT_MAX_PARTITION_BYTES,
+    EventlogReader,
+    PruningReader,
+    ScanSource,
+    row_id_schema,
+)
 from spark_adapter.stream_reader import EventlogStreamReader
 from spark_adapter.stream_writer import EventlogStreamWriter, create_stream_writer
 from spark_adapter.types import (
@@ -102,6 +113,12 @@ class EventlogDataSource(DataSource):  # type: ignore[misc]
             return change_feed_schema(metadata)
         snap = self._snapshot()
         self._pinned_version = snap.version
+        if option_bool(self.options, "rowIds"):
+            if not row_tracking.enabled(snap.protocol, snap.metadata):
+                raise RowTrackingNotEnabledError(
+                    version=snap.version, supported=row_tracking.supported(snap.protocol)
+                )
+            return arrow_to_spark_schema(row_id_schema(snap.schema))
         return arrow_to_spark_schema(snap.schema)
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -116,6 +133,9 @@ class EventlogDataSource(DataSource):  # type: ignore[misc]
             partition_columns=snap.partition_columns,
             max_partition_bytes=option_int(self.options, "maxPartitionBytes", minimum=1)
             or DEFAULT_MAX_PARTITION_BYTES,
+            row_ids=row_tracking.materialized_columns(snap.metadata.configuration)
+            if option_bool(self.options, "rowIds")
+            else None,
         )
         if option_bool(self.options, "filterPushdown"):
             return PruningReader(source, schema, snap)

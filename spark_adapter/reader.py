@@ -51,8 +51,9 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from eventlog import expr as ex
-from eventlog.errors import EventlogError, UnknownColumnError
-from eventlog.files.scan import read_live_rows
+from eventlog.errors import EventlogError, InvalidInputError, UnknownColumnError
+from eventlog.files import row_tracking
+from eventlog.files.scan import read_live_rows, read_rows_with_ids
 from eventlog.files.schema import from_spark_schema_json
 from eventlog.log.actions import AddFile
 from eventlog.log.filetable import add_files
@@ -98,6 +99,9 @@ class ScanSource:
     schema_json: str  # the snapshot's table schema (Spark JSON)
     partition_columns: tuple[str, ...]
     max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
+    # The ``rowIds`` option: row tracking's hidden column names (each row's stable id and
+    # commit version are read), or None.
+    row_ids: tuple[str, str] | None = None
 
     @property
     def uri(self) -> str:
@@ -174,12 +178,15 @@ class EventlogReader(DataSourceReader):  # type: ignore[misc]
     def _read(self, files: list[AddFile]) -> Iterator[pa.RecordBatch]:
         src = self.source
         schema = src.schema
-        columns = _table_columns(self.output, schema)
+        columns = _table_columns(self.output, row_id_schema(schema) if src.row_ids is not None else schema)
         fs, root = src.location.files()
         target = spark_arrow_schema(self.output)
         for add in files:
             # One file at a time: a task's memory stays at one file's rows.
-            rows = read_live_rows(fs, root, [add], schema, src.partition_columns, columns=columns)
+            if src.row_ids is not None:
+                rows = read_rows_with_ids(fs, root, add, schema, src.partition_columns, src.row_ids)
+            else:
+                rows = read_live_rows(fs, root, [add], schema, src.partition_columns, columns=columns)
             rows = rows.select(columns).rename_columns(target.names)
             yield from to_spark_arrow(rows, target).to_batches(max_chunksize=_BATCH_ROWS)
 
@@ -208,6 +215,18 @@ class PruningReader(EventlogReader):
             if not all(c.name.lower() in parts for c in ex.referenced_columns(pred)):
                 unhandled.append(f)
         return unhandled
+
+
+def row_id_schema(schema: pa.Schema) -> pa.Schema:
+    """The table schema with the ``rowIds`` columns (``_row_id``, ``_row_commit_version``)."""
+    for name in (row_tracking.ROW_ID, row_tracking.ROW_COMMIT_VERSION):
+        if name in schema.names:
+            raise InvalidInputError(
+                f"the table has a column named {name!r}, which the rowIds option would hide"
+            )
+    return schema.append(pa.field(row_tracking.ROW_ID, pa.int64())).append(
+        pa.field(row_tracking.ROW_COMMIT_VERSION, pa.int64())
+    )
 
 
 def _table_columns(output: StructType, schema: pa.Schema) -> list[str]:

@@ -305,3 +305,24 @@ class FileScan:
         marked = np.zeros(self.num_rows, dtype=np.bool_)
         marked[positions] = True
         return self.tracked(rows, live, hidden), _bool_array(marked[live])
+
+
+def read_rows_with_ids(
+    fs: fsspec.AbstractFileSystem,
+    root: str,
+    add: AddFile,
+    schema: pa.Schema,
+    partition_columns: Sequence[str],
+    hidden: tuple[str, str] | None,
+    predicate: ex.Expr | None = None,
+) -> pa.Table:
+    """The live rows of ``add`` where ``predicate`` holds (all if None), every column, with
+    each row's stable ``_row_id`` and ``_row_commit_version`` (row tracking; ``hidden``
+    names the file's materialized columns)."""
+    scan = FileScan(fs, root, add, schema, partition_columns)
+    rows, positions = scan.live_rows()
+    if predicate is not None:
+        mask = ex.evaluate_mask(predicate, rows)
+        rows, positions = rows.filter(mask), positions[mask.to_numpy(zero_copy_only=False)]
+    ids, versions = scan.stable_row_ids(positions, hidden)
+    return row_tracking.attach(rows, (row_tracking.ROW_ID, row_tracking.ROW_COMMIT_VERSION), ids, versions)

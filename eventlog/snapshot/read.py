@@ -14,7 +14,7 @@ from eventlog import expr as ex
 from eventlog.errors import InvalidInputError, RowTrackingNotEnabledError, UnknownColumnError
 from eventlog.files import column_mapping as cm
 from eventlog.files import row_tracking
-from eventlog.files.scan import FileScan, read_live_rows, read_matching_rows
+from eventlog.files.scan import read_live_rows, read_matching_rows, read_rows_with_ids
 from eventlog.log.filetable import add_files
 from eventlog.snapshot.projection import Snapshot
 from eventlog.userinput import check_string_list
@@ -76,15 +76,8 @@ def _read_with_row_ids(
     files = snapshot.add_files if pred is None else add_files(snapshot.select_files(pred)[1])
     out: list[pa.Table] = []
     for add in sorted(files, key=lambda a: a.path):
-        scan = FileScan(fs, root, add, schema, parts)
-        rows, positions = scan.live_rows()
-        if pred is not None:
-            mask = ex.evaluate_mask(pred, rows)
-            rows, positions = rows.filter(mask), positions[mask.to_numpy(zero_copy_only=False)]
-        ids, versions = scan.stable_row_ids(positions, hidden)
-        if columns is not None:
-            rows = rows.select(list(columns))
-        out.append(row_tracking.attach(rows, _ROW_ID_COLUMNS, ids, versions))
+        rows = read_rows_with_ids(fs, root, add, schema, parts, hidden, pred)
+        out.append(rows if columns is None else rows.select([*columns, *_ROW_ID_COLUMNS]))
     if out:
         return pa.concat_tables(out)
     empty = pa.schema(list(schema) if columns is None else [schema.field(c) for c in columns])

@@ -40,13 +40,13 @@ from eventlog.errors import (
     PredicateError,
     UnknownColumnError,
 )
-from eventlog.files import column_mapping as cm
+from eventlog.files import row_tracking
 from eventlog.files.change_data import CHANGE_TYPE_COLUMN, ChangeRecorder
 from eventlog.files.constraints import WriteRules
 from eventlog.files.datafiles import DEFAULT_TARGET_FILE_SIZE, delete_files, write_data_files
 from eventlog.files.enforce import conform
 from eventlog.files.reader import physical_row_count
-from eventlog.files.scan import file_deletes, read_file_positions
+from eventlog.files.scan import FileScan, file_deletes, read_file_positions
 from eventlog.files.schema import from_spark_schema_json
 from eventlog.log.actions import AddCDCFile, AddFile
 from eventlog.log.location import TableLocation
@@ -99,6 +99,9 @@ class JobContext:
     job_id: str
     rules: WriteRules = field(default_factory=WriteRules)  # CHECK constraints, generated columns
     regenerate: tuple[str, ...] = ()  # generated columns recomputed from the new values
+    # Row tracking's hidden columns (eventlog.files.row_tracking) when the table tracks
+    # rows: rows read for a rewrite carry their stable ids there, and writes keep them.
+    hidden: tuple[str, str] | None = None
 
     @staticmethod
     def of(txn: Transaction, regenerate: Sequence[str] = ()) -> JobContext:
@@ -112,15 +115,24 @@ class JobContext:
             uuid.uuid4().hex,
             WriteRules.of(txn.schema, meta.configuration),
             tuple(regenerate),
+            txn.row_id_columns,
         )
 
     def conform(self, rows: pa.Table, context: str, *, check: bool = True) -> pa.Table:
         """Rows as the table stores them: schema, NOT NULL, generated columns, constraints
-        (``check=False``: the schema only, for rows the table already holds)."""
+        (``check=False``: the schema only, for rows the table already holds). Row tracking's
+        hidden columns pass through."""
+        rows, kept = row_tracking.split(rows, self.hidden or ())
         if not check:
-            return conform(rows, self.arrow_schema, context=context)
+            return row_tracking.rejoin(conform(rows, self.arrow_schema, context=context), kept)
         stale = [c for c in self.regenerate if c in rows.column_names]
-        return self.rules.conform(rows.drop_columns(stale), self.arrow_schema, context=context)
+        out = self.rules.conform(rows.drop_columns(stale), self.arrow_schema, context=context)
+        return row_tracking.rejoin(out, kept)
+
+    @property
+    def hidden_fields(self) -> list[StructField]:
+        """Row tracking's hidden columns as Spark fields (none without row tracking)."""
+        return [StructField(n, LongType()) for n in self.hidden or ()]
 
     @property
     def uri(self) -> str:
@@ -248,8 +260,7 @@ class TaskOutput:
     ) -> list[AddFile]:
         if rows.num_rows == 0:
             return []
-        if cm.is_mapped(self.ctx.arrow_schema) and not cm.is_mapped(rows.schema):
-            rows = cm.adopt(rows, self.ctx.arrow_schema)  # column mapping: written under physical names
+        rows, hidden = row_tracking.file_layout(rows, self.ctx.arrow_schema, self.ctx.hidden or ())
         adds = write_data_files(
             self.fs,
             self.root,
@@ -257,6 +268,7 @@ class TaskOutput:
             partition_columns=self.ctx.partition_columns,
             data_change=data_change,
             target_file_size=target_file_size or self.ctx.target_file_size,
+            hidden=hidden,
         )
         self._record([a.path for a in adds])
         return adds
@@ -317,7 +329,14 @@ def read_files(spark: SparkSession, ctx: JobContext, files: Sequence[tuple[int, 
     after this one without a shuffle.
     """
     schema = ctx.spark_schema
-    out = StructType([*schema.fields, StructField(FILE_COL, IntegerType()), StructField(POS_COL, LongType())])
+    out = StructType(
+        [
+            *schema.fields,
+            *ctx.hidden_fields,
+            StructField(FILE_COL, IntegerType()),
+            StructField(POS_COL, LongType()),
+        ]
+    )
     records = [(fid, orjson.dumps(add.to_json()).decode()) for fid, add in files]
     task = functools.partial(_read_task, ctx, to_arrow_schema(out, timezone="UTC"))
     return parallelize(spark, records, one_per_task=False).mapInArrow(task, out)
@@ -329,6 +348,8 @@ def scan_files(
     """The rows :func:`read_files` gives, read by Spark's own Parquet reader when it can
     open the table (:func:`spark_adapter.native.tagged_rows`). Rows of one file may be
     spread over several tasks here."""
+    if ctx.hidden is not None:  # row tracking: the Python read gives each row's stable id
+        return read_files(spark, ctx, files)
     df = tagged_rows(spark, ctx.location, txn.snapshot, ctx.schema_string, files, FILE_COL, POS_COL)
     return df if df is not None else read_files(spark, ctx, files)
 
@@ -344,6 +365,10 @@ def _read_task(
         ):
             add = AddFile.from_json(orjson.loads(text))
             rows, positions, _, _ = read_file_positions(fs, root, add, schema, ctx.partition_columns)
+            if ctx.hidden is not None:  # row tracking: each row's stable id rides along
+                rows = FileScan(fs, root, add, schema, ctx.partition_columns).tracked(
+                    rows, positions, ctx.hidden
+                )
             rows = rows.append_column(FILE_COL, pa.array(np.full(rows.num_rows, fid, dtype=np.int32)))
             rows = rows.append_column(POS_COL, pa.array(positions, pa.int64()))
             # mapInArrow needs Spark's exact Arrow types (tz string, child names).
@@ -404,6 +429,7 @@ def write_rows_generating(
     extra = list(identity.flags.values()) if identity is not None else []
     if CHANGE_COL in rows.columns:
         extra.append(CHANGE_COL)
+    extra += [c for c in ctx.hidden or () if c in rows.columns]  # rows a rewrite copies keep their ids
     task = functools.partial(_write_task, ctx, data_change, identity)
     out = rows.select(*[quoted(n) for n in (*names, *extra)]).mapInArrow(task, RESULT).collect()
     ranges = [r for row in out if row.kind == "identity" for r in ranges_from_json(orjson.loads(row.payload))]
@@ -436,7 +462,8 @@ def _write_task(
         results = add_results(-1, out.write(rows, data_change=data_change))
         if kinds is not None:  # the change data of these rows, as written (identity values too)
             changed = pc.is_valid(kinds)
-            changes = rows.append_column(CHANGE_TYPE_COLUMN, kinds).filter(changed)
+            changes = row_tracking.split(rows, ctx.hidden or ())[0]
+            changes = changes.append_column(CHANGE_TYPE_COLUMN, kinds).filter(changed)
             cdc = out.write_changes(changes)
             results += [("cdc", -1, orjson.dumps(c.to_json()).decode(), 0, 0, None) for c in cdc]
         return results

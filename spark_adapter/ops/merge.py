@@ -254,12 +254,21 @@ class SparkMergeBuilder:
         ]
         # With the change data feed on, the target's old values ride along (old images).
         old = [quoted(n, ta).alias(_old(i)) for i, n in enumerate(names)] if txn.change_data_enabled else []
+        # Row tracking: an updated row keeps its stable id (an inserted one has none yet), and
+        # takes the commit's version (null).
+        ids = []
+        if ctx.hidden is not None:
+            ids = [
+                quoted(ctx.hidden[0], ta).alias(ctx.hidden[0]),
+                F.lit(None).cast("long").alias(ctx.hidden[1]),
+            ]
         tagged = joined.select(
             kind.alias(_KIND),
             quoted(_SRC, self._source_alias).alias(_SRC),
             quoted(FILE_COL, ta).alias(FILE_COL),
             quoted(POS_COL, ta).alias(POS_COL),
             *[value(n) for n in names],
+            *ids,
             *flags,
             *old,
         )
@@ -323,9 +332,12 @@ class SparkMergeBuilder:
         if changes:
             tag = [F.when(k == "U", F.lit(UPDATE_POSTIMAGE)).otherwise(F.lit(INSERT)).alias(CHANGE_COL)]
         parts: list[DataFrame] = []
+        hidden = list(ctx.hidden or ())  # row tracking: written rows keep their stable ids
         if updated or inserted:
             parts.append(
-                tagged.where(k.isin("U", "I")).select(*[quoted(n) for n in (*names, *flags.values())], *tag)
+                tagged.where(k.isin("U", "I")).select(
+                    *[quoted(n) for n in (*names, *hidden, *flags.values())], *tag
+                )
             )
         if touched and not use_dv:
             keys = tagged.where(changed).select(FILE_COL, POS_COL).distinct()
@@ -333,7 +345,9 @@ class SparkMergeBuilder:
             copied = [F.lit(None).cast("string").alias(CHANGE_COL)] if changes else []
             parts.append(
                 kept.join(keys, [FILE_COL, POS_COL], "left_anti").select(
-                    *[quoted(n) for n in names], *[F.lit(False).alias(f) for f in flags.values()], *copied
+                    *[quoted(n) for n in (*names, *hidden)],
+                    *[F.lit(False).alias(f) for f in flags.values()],
+                    *copied,
                 )
             )
         if changes:

@@ -60,7 +60,9 @@ def rewrite_matching(
         return [], [], (0, 0)
     hit = F.coalesce(match, F.lit(False)) if match is not None else F.lit(True)
     ids = list(enumerate(files))
-    native = tagged_rows(spark, ctx.location, txn.snapshot, ctx.schema_string, ids, FILE_COL, POS_COL)
+    native = None
+    if ctx.hidden is None:  # row tracking reads in Python tasks, which give stable ids
+        native = tagged_rows(spark, ctx.location, txn.snapshot, ctx.schema_string, ids, FILE_COL, POS_COL)
     if native is not None:
         return _rewrite_natively(spark, ctx, txn, files, native.withColumn(MATCH_COL, hit), values)
     use_dv = txn.deletion_vectors_enabled
@@ -74,6 +76,7 @@ def rewrite_matching(
                 F.when(m, values[n]).otherwise(quoted(n)).alias(n) if n in values else quoted(n)
                 for n in names
             ],
+            *updated_ids(ctx, m),
             FILE_COL,
             POS_COL,
             MATCH_COL,
@@ -140,6 +143,18 @@ def _rewrite_natively(
     return touched, adds, (matched, copied)
 
 
+def updated_ids(ctx: JobContext, updated: Column) -> list[Column]:
+    """Row tracking's hidden columns of rows an UPDATE writes: each keeps its stable id,
+    and an updated row's commit version becomes null (the commit's); none without it."""
+    if ctx.hidden is None:
+        return []
+    row_id, version = ctx.hidden
+    return [
+        quoted(row_id),
+        F.when(updated, F.lit(None).cast("long")).otherwise(quoted(version)).alias(version),
+    ]
+
+
 def _value(name: str, values: Mapping[str, Column], *, unless: Column | None = None) -> Column:
     """Column ``name`` of a rewritten row: its SET value (kept as is where ``unless`` holds)."""
     if name not in values:
@@ -176,7 +191,7 @@ def _rewrite_task(
                 hits = int(pc.sum(mask).as_py() or 0)
                 if hits == 0:
                     continue
-                data = chunk.select(names)
+                data = chunk.select([*names, *(c for c in ctx.hidden or () if c in chunk.column_names)])
                 if use_dv:
                     if mode == "update":
                         pending.append(data.filter(mask))
