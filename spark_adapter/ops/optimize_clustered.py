@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
+from eventlog import expr as ex
 from eventlog.files.scan import read_live_rows
 from eventlog.log.actions import AddFile
 from eventlog.log.filetable import add_files
@@ -62,9 +63,7 @@ def plan_optimize_clustered(
 
     def plan(ctx: JobContext, staged: StagedFiles) -> None:
         txn.scan(pred)  # the read set, as the engine records it: the filter and every file it selects
-        scanned = scan_files(txn, pred)
-        rows = clustering_candidates(scanned[1], ctx.target_file_size) if scanned else np.zeros(0, np.int64)
-        candidates = add_files(scanned[1].take(pa.array(rows))) if scanned and len(rows) else []
+        candidates = _candidates(txn, pred, ctx.target_file_size)
         txn.remove_files(candidates, data_change=False)
         groups = math.ceil(sum(f.size for f in candidates) / ctx.target_file_size)
         if not candidates:
@@ -78,6 +77,16 @@ def plan_optimize_clustered(
         stage_adds(txn, staged, adds)
 
     return run_planned(spark, txn, "OPTIMIZE", plan)
+
+
+def _candidates(txn: Transaction, pred: ex.Expr | None, target: int) -> list[AddFile]:
+    """The files the engine's clustering OPTIMIZE would rewrite (:func:`clustering_candidates`)."""
+    scanned = scan_files(txn, pred)
+    if scanned is None:
+        return []
+    files = scanned[1]
+    rows = clustering_candidates(files, target)
+    return add_files(files.take(pa.array(rows))) if len(rows) else []
 
 
 def _cluster_one(
@@ -104,9 +113,9 @@ def _cluster_shuffled(
     bits = max(1, min(MAX_BITS, 63 // len(columns)))
     bounds = {c: rank_boundaries(sample.column(c), 2**bits - 1) for c in columns}
     z = np.sort(curve_values(sample, columns, bounds, bits))
-    cuts = (
-        np.unique(z[[len(z) * i // groups for i in range(1, groups)]]) if len(z) else np.zeros(0, np.uint64)
-    )
+    # Groups of equal sampled rows: cut the curve at the sample's quantiles.
+    at = [len(z) * i // groups for i in range(1, groups)] if len(z) else []
+    cuts = np.unique(z[at]) if at else np.zeros(0, np.uint64)
     route = functools.partial(_route_task, ctx, list(columns), bounds, bits, cuts)
     shuffled = sc.parallelize(records, slices).mapPartitions(route).partitionBy(len(cuts) + 1, _group_of)
     written = shuffled.mapPartitions(functools.partial(_write_group_task, ctx)).collect()
