@@ -13,23 +13,28 @@ of ``Table.changes`` (Delta's ``table_changes``) with Delta's options:
 
 Batch: the range and its files are planned once on the driver (:func:`plan_changes`, the
 version pinned by ``DataSource.schema``); tasks read groups of files
-(:func:`eventlog.snapshot.changes.read_changes`). Streaming: offsets are
-``{"version": N}``, every change up to version N emitted; a micro-batch reads the changes
-of the versions after its start offset. Without a starting version or timestamp the stream
-begins, as Delta's does, with the table's rows at its latest version as ``insert`` rows of
-that version, then the changes of later versions.
+(:func:`eventlog.snapshot.changes.read_changes`); a range over a schema change the end
+version's schema cannot read raises :class:`~eventlog.errors.ChangeDataSchemaChangeError`.
+Streaming: offsets are ``{"version": N}``, every change up to version N emitted, with
+``"index": i`` when the first i change files of version N + 1 were emitted too; a
+micro-batch reads the changes between its offsets. Without a starting version or timestamp
+the stream begins, as Delta's does, with the table's rows at its latest version as
+``insert`` rows of that version (``{"version": -1, "snapshot": true}``, with
+``snapshot_version`` and ``index`` while it is read in parts), then the changes of later
+versions. ``maxFilesPerTrigger`` (default 1000) and ``maxBytesPerTrigger`` limit the change
+files of a micro-batch as Delta's do (:class:`ChangeFeedStreamReader`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from eventlog.errors import InvalidInputError
@@ -40,6 +45,7 @@ from eventlog.snapshot.changes import ChangePlan, commit_timestamps, output_sche
 from eventlog.snapshot.changes import resolve_range as resolve_change_range
 from eventlog.table import Table
 from spark_adapter.reader import pack_files, split_bytes
+from spark_adapter.stream_reader import admission_for, default_read_limit
 from spark_adapter.types import (
     arrow_to_spark_schema,
     option,
@@ -48,6 +54,7 @@ from spark_adapter.types import (
     table_location,
     to_spark_arrow,
 )
+from streaming.source import Budget, SourceOptions
 
 __all__ = [
     "ChangeFeedReader",
@@ -65,6 +72,7 @@ log = logging.getLogger("spark_adapter.change_feed")
 
 _BATCH_ROWS = 64 * 1024
 _DEFAULT_SPLIT_BYTES = 128 * 1024 * 1024
+_PLAN_VERSIONS = 128  # a stream's admission plans this many versions at a time
 
 
 def is_change_feed_read(options: Mapping[str, str]) -> bool:
@@ -214,9 +222,50 @@ def stream_reader(
     return ChangeFeedStreamReader(options, table_location(options), metadata, output)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Position:
+    """Where a change data feed stream is (its offset): every change up to ``version`` emitted,
+    and the first ``index`` files of the next version's (a commit split by the read limit).
+    In the initial snapshot (``snapshot``: its version, -1 before it is chosen): the first
+    ``index`` of its files emitted, nothing after it."""
+
+    version: int
+    index: int = 0
+    snapshot: int | None = None
+
+    @staticmethod
+    def of(offset: Mapping[str, Any]) -> _Position:
+        index = int(offset.get("index", 0))
+        if offset.get("snapshot"):
+            return _Position(-1, index, int(offset.get("snapshot_version", -1)))
+        return _Position(int(offset["version"]), index)
+
+    def to_json(self) -> dict[str, Any]:
+        if self.snapshot is not None:
+            out: dict[str, Any] = {"version": -1, "snapshot": True}
+            if self.snapshot >= 0:
+                out |= {"snapshot_version": self.snapshot, "index": self.index}
+            return out
+        return {"version": self.version, "index": self.index} if self.index else {"version": self.version}
+
+
+def _whole(files: Sequence[ChangeFile]) -> bool:
+    """Whether a commit's change files are admitted all or none (Delta's CDC stream: change
+    data files, so that an update's pre- and post-images stay together, and deletion
+    vectors, whose adds and removes pair up); other commits file by file."""
+    return any(f.kind in ("cdc", "dv") or f.file.deletion_vector is not None for f in files)
+
+
 class ChangeFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
     """The change data feed as a stream (see the module docstring). ``metadata``: the table
-    metadata the query reads with (the version ``DataSource.schema`` pinned)."""
+    metadata the query reads with (the version ``DataSource.schema`` pinned).
+
+    Admission as Delta's change data feed stream: ``maxFilesPerTrigger`` (default 1000) and
+    ``maxBytesPerTrigger`` count change files; the initial snapshot and the commits of only
+    added and removed files without deletion vectors are admitted file by file, a commit with
+    change data files or deletion vectors whole (the first of a batch always, a later one
+    only when it fits in what is left). A batch that finishes the initial snapshot ends there.
+    """
 
     def __init__(
         self, options: Mapping[str, str], location: TableLocation, metadata: Metadata, output: StructType
@@ -225,14 +274,16 @@ class ChangeFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self.slots = option(options, "slots")
         self.starting_version = option(options, "startingVersion")
         self.starting_timestamp = option(options, "startingTimestamp")
+        self.source_options = SourceOptions.parse(options)
         self.metadata = metadata
         self.output = output
         self._table: Table | None = None
         self._target: int | None = None  # availableNow: the last version of the run
+        self._snapshot: tuple[int, tuple[ChangeFile, ...]] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_table"] = None
+        state["_table"] = state["_snapshot"] = None
         return state
 
     @property
@@ -247,7 +298,7 @@ class ChangeFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         if self.starting_version is not None and self.starting_version.strip().lower() == "latest":
             return {"version": latest}
         if self.starting_version is None and self.starting_timestamp is None:
-            return {"version": -1, "snapshot": True}  # the latest rows first, as inserts
+            return _Position(-1, 0, -1).to_json()  # the latest rows first, as inserts
         start, _ = resolve_change_range(
             self.table.commitlog,
             latest,
@@ -257,35 +308,94 @@ class ChangeFeedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return {"version": start - 1}
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        return ReadAllAvailable()
+        return default_read_limit(self.source_options)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self.table.refresh().version
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         latest = self.table.refresh().version if self._target is None else self._target
-        return {"version": max(int(start["version"]), latest)}
+        budget = Budget(admission_for(limit, self.source_options))
+        at = _Position.of(start)
+        if at.snapshot is not None:
+            version = at.snapshot if at.snapshot >= 0 else latest
+            files = self._snapshot_files(version)
+            taken = at.index + budget.take([f.file for f in files[at.index :]])
+            return (_Position(-1, taken, version) if taken < len(files) else _Position(version)).to_json()
+        version = at.version + 1
+        while version <= latest and budget.open:
+            last = min(latest, version + _PLAN_VERSIONS - 1)
+            by_version = self._changes(version, last)
+            for v in range(version, last + 1):
+                if not budget.open:
+                    return at.to_json()
+                changed = by_version.get(v, [])
+                rest = [f.file for f in changed[at.index :]]
+                if _whole(changed):
+                    if not budget.take_whole(rest):
+                        return at.to_json()
+                else:
+                    taken = budget.take(rest)
+                    if taken < len(rest):
+                        return _Position(v - 1, at.index + taken).to_json()
+                at = _Position(v)
+            version = last + 1
+        return at.to_json()
+
+    def _changes(self, first: int, last: int) -> dict[int, list[ChangeFile]]:
+        """The change files of versions ``first..last``, by version."""
+        plan = plan_changes(self.table.commitlog, first, last, self.metadata, check_schema=False)
+        out: dict[int, list[ChangeFile]] = {}
+        for f in plan.files:
+            out.setdefault(f.version, []).append(f)
+        return out
+
+    def _snapshot_files(self, version: int) -> tuple[ChangeFile, ...]:
+        """The table's files at ``version`` as that version's inserts (kept for the snapshot)."""
+        if self._snapshot is None or self._snapshot[0] != version:
+            adds = self.table.snapshot(version).add_files
+            self._snapshot = (version, tuple(ChangeFile(version, "insert", add) for add in adds))
+        return self._snapshot[1]
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        first, last = int(start["version"]) + 1, int(end["version"])
-        if start.get("snapshot"):
-            plan = self._snapshot_plan(last)
-        elif last < first:
+        first, last = _Position.of(start), _Position.of(end)
+        plan = (
+            self._snapshot_plan(first, last)
+            if first.snapshot is not None
+            else self._commits_plan(first, last)
+        )
+        if plan is None:
             return []
-        else:
-            # Delta checks schema changes so in batch reads only (a stream has its own rules).
-            plan = plan_changes(self.table.commitlog, first, last, self.metadata, check_schema=False)
         header = dataclasses.replace(plan, files=(), metadata=self.metadata)
         return [_StreamPartition(p.value, header) for p in _partitions(plan)]
 
-    def _snapshot_plan(self, version: int) -> ChangePlan:
-        """The table's rows at ``version`` as that version's inserts."""
-        snap = self.table.snapshot(version)
-        files = tuple(ChangeFile(version, "insert", add) for add in snap.add_files)
+    def _commits_plan(self, first: _Position, last: _Position) -> ChangePlan | None:
+        """The changes after ``first`` up to ``last`` (both possibly within a commit)."""
+        start = first.version + 1
+        end = last.version + 1 if last.index else last.version
+        if end < start:
+            return None
+        # Delta checks schema changes so in batch reads only (a stream has its own rules).
+        plan = plan_changes(self.table.commitlog, start, end, self.metadata, check_schema=False)
+        files: list[ChangeFile] = []
+        seen: dict[int, int] = {}
+        for f in plan.files:
+            n = seen[f.version] = seen.get(f.version, -1) + 1  # its index in its commit
+            if f.version == start and n < first.index:
+                continue  # emitted by the batch before
+            if last.index and f.version == end and n >= last.index:
+                continue  # left for the next batch
+            files.append(f)
+        return dataclasses.replace(plan, files=tuple(files))
+
+    def _snapshot_plan(self, first: _Position, last: _Position) -> ChangePlan:
+        """The initial snapshot's rows (its version's inserts) from ``first`` to ``last``."""
+        version = last.snapshot if last.snapshot is not None and last.snapshot >= 0 else last.version
+        every = self._snapshot_files(version)
+        files = every[first.index : last.index if last.snapshot is not None else len(every)]
         commit = self.table.commits_between(version, version)
-        return ChangePlan(
-            version, version, self.metadata, files, commit_timestamps(self.table.commitlog, commit)
-        )
+        timestamps = commit_timestamps(self.table.commitlog, commit)
+        return ChangePlan(version, version, self.metadata, files, timestamps)
 
     def commit(self, end: dict[str, Any]) -> None:
         log.debug("change data feed stream over %s committed up to %s", self.location.uri, end)

@@ -62,9 +62,31 @@ from spark_adapter.reader import (
 from spark_adapter.types import option, option_int, table_location
 from streaming.source import Admission, ChangeSource, SourceFile, SourceOptions, lost_file
 
-__all__ = ["EventlogStreamReader", "StreamFilesPartition"]
+__all__ = ["EventlogStreamReader", "StreamFilesPartition", "admission_for", "default_read_limit"]
 
 log = logging.getLogger("spark_adapter.stream_reader")
+
+
+def default_read_limit(options: SourceOptions) -> ReadLimit:
+    """The per-batch limit of a stream with ``options`` (see the module docstring)."""
+    admission = options.default_admission()
+    if admission.max_files is not None:
+        return ReadMaxFiles(admission.max_files)
+    assert admission.max_bytes is not None
+    return ReadMaxBytes(admission.max_bytes)
+
+
+def admission_for(limit: ReadLimit, options: SourceOptions) -> Admission:
+    """What a batch may take under Spark's ``limit`` (the other of the two limits from
+    ``options``; nothing for ``ReadAllAvailable``)."""
+    if isinstance(limit, ReadAllAvailable):
+        return Admission()
+    if isinstance(limit, ReadMaxFiles):
+        return Admission(max_files=limit.max_files, max_bytes=options.max_bytes_per_trigger)
+    if isinstance(limit, ReadMaxBytes):
+        return Admission(max_files=options.max_files_per_trigger, max_bytes=limit.max_bytes)
+    log.info("read limit %r is not supported; using the source's options", limit)
+    return options.default_admission()
 
 
 class StreamFilesPartition(InputPartition):  # type: ignore[misc]
@@ -126,30 +148,15 @@ class EventlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.source.initial_offset().to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        admission = self.source_options.default_admission()
-        if admission.max_files is not None:
-            return ReadMaxFiles(admission.max_files)
-        assert admission.max_bytes is not None
-        return ReadMaxBytes(admission.max_bytes)
+        return default_read_limit(self.source_options)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.source.prepare_available_now()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         source = self.source
-        end = source.latest_offset(source.parse_offset(start), self._admission(limit))
+        end = source.latest_offset(source.parse_offset(start), admission_for(limit, self.source_options))
         return end.to_json()
-
-    def _admission(self, limit: ReadLimit) -> Admission:
-        opts = self.source_options
-        if isinstance(limit, ReadAllAvailable):
-            return Admission()
-        if isinstance(limit, ReadMaxFiles):
-            return Admission(max_files=limit.max_files, max_bytes=opts.max_bytes_per_trigger)
-        if isinstance(limit, ReadMaxBytes):
-            return Admission(max_files=opts.max_files_per_trigger, max_bytes=limit.max_bytes)
-        log.info("read limit %r is not supported; using the source's options", limit)
-        return opts.default_admission()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         source = self.source

@@ -61,6 +61,7 @@ from streaming.offsets import SourceOffset
 __all__ = [
     "DEFAULT_MAX_FILES_PER_TRIGGER",
     "Admission",
+    "Budget",
     "ChangeSource",
     "SourceFile",
     "SourceOptions",
@@ -172,8 +173,11 @@ def _byte_size(key: str, value: str) -> int:
     return _int_option(key, text.strip(), 1) * unit
 
 
-class _Budget:
-    """What is left of one batch's admission while files are taken."""
+class Budget:
+    """What is left of one batch's admission while files are taken (Delta's
+    ``AdmissionLimits``): a file is taken while there is room for it before it is taken;
+    a commit taken whole (:meth:`take_whole`, the change data feed's commits with change
+    data files or deletion vectors) only when all of it fits, or when it comes first."""
 
     def __init__(self, admission: Admission) -> None:
         self.files = admission.max_files
@@ -191,12 +195,29 @@ class _Budget:
             if not self.open:
                 break
             n += 1
-            if self.files is not None:
-                self.files -= 1
-            if self.bytes is not None:
-                self.bytes -= max(f.size, 1)
+            self._spend(1, max(f.size, 1))
         self.taken += n
         return n
+
+    def take_whole(self, files: Sequence[AddFile]) -> bool:
+        """Whether the batch takes all of ``files`` (one commit's): yes when nothing was
+        taken before it, else when they fit in what is left. The budget is spent either way
+        (as Delta's), so nothing after a refused commit is taken."""
+        if not files:
+            return True
+        size = sum(max(f.size, 1) for f in files)
+        fits = (self.files is None or self.files >= len(files)) and (self.bytes is None or self.bytes >= size)
+        admit = self.taken == 0 or fits
+        self._spend(len(files), size)
+        if admit:
+            self.taken += len(files)
+        return admit
+
+    def _spend(self, files: int, size: int) -> None:
+        if self.files is not None:
+            self.files -= files
+        if self.bytes is not None:
+            self.bytes -= size
 
 
 # --------------------------------------------------------------------------- the source
@@ -302,7 +323,7 @@ class ChangeSource:
         """The end of the next batch from ``start`` under ``admission`` (``start`` when there
         is nothing new). Raises the errors of the module docstring when ``start`` stands at a
         commit that cannot be streamed."""
-        budget = _Budget(admission)
+        budget = Budget(admission)
         if start.initial_snapshot:
             snapshot = self._snapshot(start.version)
             taken = budget.take(snapshot[start.index :])

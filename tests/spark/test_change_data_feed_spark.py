@@ -110,6 +110,25 @@ def test_batch_read_errors(spark: Any, tmp_path: Path) -> None:
     assert "InvalidChangeRangeError" in str(err.value)
 
 
+def test_batch_read_across_a_rename_is_refused(spark: Any, tmp_path: Path) -> None:
+    props = {**CDF, "delta.columnMapping.mode": "name"}
+    data = pa.table({"id": pa.array([1, 2], pa.int64()), "v": ["a", "b"]})
+    table = Table.create(str(tmp_path / "t"), data=data, properties=props)  # version 0
+    table.rename_column("v", "w")  # 1
+    table.append(pa.table({"id": pa.array([3], pa.int64()), "w": ["c"]}))  # 2
+    reader = spark.read.format("eventlog").option("readChangeFeed", "true")
+    with pytest.raises(PySparkException) as err:
+        reader.option("startingVersion", 0).load(table.uri).collect()
+    message = str(err.value)
+    assert "ChangeDataSchemaChangeError" in message
+    assert "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_DATA_SCHEMA" in message
+    assert "from version 0 to 0, and from version 1 to 2" in message
+    after = reader.option("startingVersion", 1).load(table.uri).select("id", "w", "_commit_version")
+    assert [r.asDict() for r in after.collect()] == [{"id": 3, "w": "c", "_commit_version": 2}]
+    before = reader.options(startingVersion="0", endingVersion="0").load(table.uri)
+    assert before.columns[:2] == ["id", "v"] and before.count() == 2
+
+
 # --------------------------------------------------------------------------- streaming
 
 
@@ -177,3 +196,63 @@ def test_stream_without_a_start_begins_with_the_latest_rows_as_inserts(spark: An
     rows = stream.rows()
     assert sorted(r["id"] for r in rows) == sorted(table.to_arrow().column("id").to_pylist())
     assert {(r["_change_type"], r["_commit_version"]) for r in rows} == {("insert", 4)}
+
+
+def _batch_rows(query: Any) -> list[int]:
+    """Input rows of each micro-batch the query ran."""
+    return [p["numInputRows"] if isinstance(p, dict) else p.numInputRows for p in query.recentProgress]
+
+
+def test_stream_admits_change_files_per_trigger_as_delta(spark: Any, tmp_path: Path) -> None:
+    """maxFilesPerTrigger=1: the initial rows and plain appends file by file; an UPDATE's
+    change data files (one per partition) all in one micro-batch, over the limit."""
+    table = _table(str(tmp_path / "t"))  # 0 create, 1 append 2 files, 2 delete, 3 update, 4 append
+    table.update("id = 1 OR id = 4", {"id": "id + 100"})  # 5: change data files in a and b
+    cdc = [a for a in table.commits_between(5, 5)[0].others if type(a).__name__ == "AddCDCFile"]
+    assert len(cdc) == 2
+    out = tmp_path / "out"
+    df = (
+        spark.readStream.format("eventlog")
+        .options(readChangeFeed="true", startingVersion="1", maxFilesPerTrigger="1")
+        .load(table.uri)
+    )
+    query = (
+        df.writeStream.format("parquet")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start(str(out))
+    )
+    try:
+        assert query.awaitTermination(WAIT), "the query did not finish in time"
+        batches = _batch_rows(query)
+    finally:
+        query.stop()
+    # 1: two files of 2 rows; 2 and 3: one change data file each (delete 1 row; update 2);
+    # 4: one file of 1 row; 5: two change data files (4 rows) admitted together.
+    assert batches == [2, 2, 1, 2, 1, 4]
+    written = pa.concat_tables([pq.read_table(p) for p in sorted(out.glob("*.parquet"))])
+    assert sum(batches) == written.num_rows == table.changes(1).num_rows
+
+
+def test_stream_admits_bytes_per_trigger_and_splits_the_initial_rows(spark: Any, tmp_path: Path) -> None:
+    table = _table(str(tmp_path / "t"))  # latest rows in 2 files (partitions a and b)
+    out = tmp_path / "out"
+    df = (
+        spark.readStream.format("eventlog")
+        .options(readChangeFeed="true", maxBytesPerTrigger="1")
+        .load(table.uri)
+    )
+    query = (
+        df.writeStream.format("parquet")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start(str(out))
+    )
+    try:
+        assert query.awaitTermination(WAIT), "the query did not finish in time"
+        batches = _batch_rows(query)
+    finally:
+        query.stop()
+    files = len(table.refresh().add_files)
+    assert len(batches) == files  # one file of the initial snapshot per micro-batch
+    assert sum(batches) == table.to_arrow().num_rows
