@@ -26,6 +26,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from eventlog.errors import FeatureDropError
+from eventlog.files import row_tracking
 from eventlog.log.actions import Action, AddFile, Metadata, Protocol, RemoveFile, UnknownAction
 from eventlog.log.cleanup import PROTECTION_FEATURE, PROTECTION_KEY
 from eventlog.snapshot.features import FEATURES, TableFeature
@@ -37,6 +38,7 @@ __all__ = [
     "DROP_FEATURE",
     "check_drop",
     "downgrade_protocol",
+    "drop_row_ids",
     "empty_commit",
     "property_changes",
     "remove_traces",
@@ -84,13 +86,48 @@ def check_drop(protocol: Protocol, metadata: Metadata, name: str, *, truncate_hi
 
 
 def property_changes(metadata: Metadata, feature: TableFeature) -> dict[str, str | None]:
-    """The pre-downgrade's property changes still to make (value None: unset)."""
+    """The pre-downgrade's property changes still to make (value None: unset). A property
+    left out has its default: the value to set, unless :data:`_DEFAULTS` says otherwise."""
     config = metadata.configuration
     return {
         key: value
         for key, value in feature.disable
-        if (value is None and key in config) or (value is not None and config.get(key, value) != value)
+        if (value is None and key in config)
+        or (value is not None and config.get(key, _DEFAULTS.get(key, value)) != value)
     }
+
+
+_DEFAULTS = {row_tracking.SUSPENDED_KEY: "false"}  # properties whose absence is not their "off"
+# Row tracking's properties and domain go with the protocol downgrade (Delta's
+# tablePropertiesToRemoveAtDowngradeCommit and actionsToIncludeAtDowngradeCommit).
+_ROW_TRACKING_KEYS = (
+    row_tracking.ENABLE_KEY,
+    row_tracking.SUSPENDED_KEY,
+    row_tracking.ROW_ID_COLUMN_KEY,
+    row_tracking.COMMIT_VERSION_COLUMN_KEY,
+)
+
+
+def drop_row_ids(plan: PlanBuilder) -> Plan:
+    """Every live file added again without ``baseRowId`` and ``defaultRowCommitVersion``
+    (``dataChange`` false), as Delta's RowTrackingUnBackfillCommand: row tracking is
+    suspended by then, so the commit assigns none."""
+    assert plan.snapshot is not None
+    tracked = [
+        f
+        for f in plan.snapshot.add_files
+        if f.base_row_id is not None or f.default_row_commit_version is not None
+    ]
+    plan.set_operation("ROW TRACKING UNBACKFILL", {}, changes_data=False)
+    plan.add_files(
+        [
+            dataclasses.replace(f, base_row_id=None, default_row_commit_version=None, data_change=False)
+            for f in tracked
+        ],
+        created=False,
+    )
+    plan.add_metrics(numUnbackfilledFiles=len(tracked))
+    return plan.build()
 
 
 def remove_traces(plan: PlanBuilder, changes: Mapping[str, str | None]) -> Plan:
@@ -127,6 +164,12 @@ def downgrade_protocol(plan: PlanBuilder, name: str, *, truncate_history: bool, 
     in_use = _in_use(plan, feature)
     if in_use:
         raise FeatureDropError(feature=name, reason="in use", detail=in_use)
+    if name == row_tracking.FEATURE:
+        config = {k: v for k, v in metadata.configuration.items() if k not in _ROW_TRACKING_KEYS}
+        metadata = dataclasses.replace(metadata, configuration=config)
+        domain = plan.snapshot.domains.get(row_tracking.DOMAIN)
+        if domain is not None:
+            plan.set_domain_metadata(domain.domain, domain.configuration, removed=True)
     if protect:
         config = {**metadata.configuration, PROTECTION_KEY: str(plan.snapshot.version + 1)}
         plan.update_metadata(dataclasses.replace(metadata, configuration=config))
@@ -151,6 +194,10 @@ def _in_use(plan: PlanBuilder, feature: TableFeature) -> str:
         return f"table properties {sorted(changes)} still turn it on"
     if feature.name == "deletionVectors" and any(a.deletion_vector is not None for a in plan.scan()):
         return "files with deletion vectors remain (Table.reorg_purge)"
+    if feature.name == row_tracking.FEATURE and any(
+        a.base_row_id is not None or a.default_row_commit_version is not None for a in plan.scan()
+    ):
+        return "files with row ids remain"
     return ""
 
 

@@ -104,6 +104,10 @@ class Transaction(CoreTransaction):
     def empty_commit(self) -> None:
         self.run(drop_feature.empty_commit)
 
+    def drop_row_ids(self) -> None:
+        """DROP FEATURE rowTracking's pre-downgrade: every file without its row ids."""
+        self.run(drop_feature.drop_row_ids)
+
     def downgrade_protocol(self, name: str, *, truncate_history: bool, protect: bool) -> None:
         """DROP FEATURE's protocol downgrade (:mod:`eventlog.ops.drop_feature`)."""
         self.run(

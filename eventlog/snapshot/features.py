@@ -279,6 +279,8 @@ FEATURES: Mapping[str, TableFeature] = {
             requires=("domainMetadata",),
             enabled_by="delta.enableRowTracking",
             removable=True,
+            droppable=True,  # turned off and suspended, then every file's row ids dropped
+            disable=(("delta.enableRowTracking", "false"), ("delta.rowTrackingSuspended", "true")),
             note="fresh row ids at commit, stable ids materialized through rewrites "
             "(eventlog.files.row_tracking)",
         ),

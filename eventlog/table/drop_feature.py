@@ -44,7 +44,7 @@ class DropFeature(abc.ABC):
     def drop_feature(self, name: str, *, truncate_history: bool = False) -> CommitResult:
         """Remove table feature ``name`` from the protocol (``ALTER TABLE DROP FEATURE name
         [TRUNCATE HISTORY]``): deletionVectors, v2Checkpoint, inCommitTimestamp,
-        vacuumProtocolCheck, checkConstraints (once no constraint remains). Its traces go
+        vacuumProtocolCheck, rowTracking, checkConstraints (once no constraint remains). Its traces go
         first (properties off, deletion vectors purged...); for a reader-writer feature the
         history before the downgrade is then protected by ``checkpointProtection``, or, with
         ``truncate_history``, must already be gone from the log. Refusals are
@@ -77,6 +77,9 @@ class DropFeature(abc.ABC):
         if feature.name == "deletionVectors" and _has_deletion_vectors(self.refresh()):
             self.reorg_purge()
             changed = True
+        if feature.name == "rowTracking" and _has_row_ids(self.refresh()):
+            self._run(lambda txn: txn.drop_row_ids())
+            changed = True
         return changed
 
     def _check_history(self, feature: TableFeature, changed: bool) -> None:
@@ -99,6 +102,10 @@ class DropFeature(abc.ABC):
                     detail=f"version {commit.version} still uses it; wait for the log retention to "
                     "pass, or drop it without truncate_history (checkpointProtection)",
                 )
+
+
+def _has_row_ids(snap: Snapshot) -> bool:
+    return any(a.base_row_id is not None or a.default_row_commit_version is not None for a in snap.add_files)
 
 
 def _has_deletion_vectors(snap: Snapshot) -> bool:

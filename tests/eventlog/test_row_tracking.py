@@ -269,3 +269,27 @@ def test_three_processes_append_and_update_with_unique_stable_ids(local_uri: str
         assert got[key][1] > got[key + 500][1]
     report = t.verify()
     assert (report.ok, report.problem) == (True, None)
+
+
+def test_drop_feature_suspends_drops_the_ids_then_downgrades(local_uri: str) -> None:
+    t = Table.create(local_uri, SCHEMA, properties={**ON, "delta.enableDeletionVectors": "true"})
+    t.append(rows([1, 2]))
+    t.update("id = 1", {"x": "10"})
+    contents = sorted(t.to_arrow().to_pylist(), key=lambda r: r["id"])
+    start = t.version
+    result = t.drop_feature("rowTracking")
+    snap = t.refresh()
+    assert "rowTracking" not in (snap.protocol.writer_features or ())
+    assert "domainMetadata" in (snap.protocol.writer_features or ())  # Delta leaves it
+    assert not {k for k in snap.metadata.configuration if "rowTracking" in k}
+    assert rt.DOMAIN not in snap.domains
+    assert all(a.base_row_id is None and a.default_row_commit_version is None for a in snap.add_files)
+    ops = [h["operation"] for h in reversed(t.history()) if h["version"] > start]
+    assert ops == ["SET TBLPROPERTIES", "ROW TRACKING UNBACKFILL", "DROP FEATURE"]
+    assert result.version == t.version
+    t.append(rows([3]))  # no ids once dropped
+    assert all(a.base_row_id is None for a in t.refresh().add_files)
+    assert sorted(t.to_arrow().to_pylist(), key=lambda r: r["id"])[:2] == contents
+    with pytest.raises(RowTrackingNotEnabledError):
+        t.to_arrow(row_ids=True)
+    assert Table.open(local_uri).verify().ok
