@@ -1,7 +1,8 @@
 """OPTIMIZE in Spark jobs: bin-packing compaction, optionally Z-ordered, planned as
 :func:`eventlog.ops.optimize.optimize` with its own helpers (``begin_optimize``,
 ``plan_bins``, ``zorder_permutation``); one Spark task compacts each bin. On row-level
-(deletion-vector) tables a plain compaction records where each source's rows went."""
+(deletion-vector) tables a plain compaction records where each source's rows went. On
+row-tracking tables the rewritten rows keep their stable ids (:func:`live_rows`)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import functools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import fsspec
 import orjson
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from eventlog.files.scan import file_deletes, read_file_positions, read_live_rows
+from eventlog.files.scan import FileScan, file_deletes, read_file_positions, read_live_rows
 from eventlog.log.actions import AddFile
 from eventlog.ops.optimize import begin_optimize, plan_bins, zorder_permutation
 from eventlog.ops.transaction import Transaction
@@ -108,13 +110,18 @@ def compact_task(
                 if mapped:
                     parts = []
                     for i, f in enumerate(sources):
-                        rows, _, _, _ = read_file_positions(fs, root, f, schema, ctx.partition_columns)
+                        rows, positions, _, _ = read_file_positions(
+                            fs, root, f, schema, ctx.partition_columns
+                        )
+                        if ctx.hidden is not None:  # row tracking: the rows keep their stable ids
+                            scan = FileScan(fs, root, f, schema, ctx.partition_columns)
+                            rows = scan.tracked(rows, positions, ctx.hidden)
                         parts.append(rows)
                         results.append(("source", bin_id, None, i, rows.num_rows, None))
                     # Exactly one output file per bin: its tags map every source's rows.
                     adds = out.write(pa.concat_tables(parts), data_change=False, target_file_size=2**62)
                 else:
-                    rows = read_live_rows(fs, root, sources, schema, ctx.partition_columns)
+                    rows = live_rows(ctx, fs, root, sources)
                     if zorder:
                         rows = rows.take(zorder_permutation(rows, zorder))
                     adds = out.write(rows, data_change=False)
@@ -122,3 +129,24 @@ def compact_task(
     except BaseException:
         out.discard()
         raise
+
+
+def live_rows(
+    ctx: JobContext,
+    fs: fsspec.AbstractFileSystem,
+    root: str,
+    files: Sequence[AddFile],
+    columns: Sequence[str] | None = None,
+) -> pa.Table:
+    """Live rows of ``files`` (deletion vectors applied), as :func:`eventlog.ops.rows.read_rows`
+    reads them for a rewrite: on a row-tracking table (``ctx.hidden``, unless only some
+    ``columns`` are asked for) with their stable row ids in the hidden columns."""
+    schema, parts = ctx.arrow_schema, ctx.partition_columns
+    if ctx.hidden is None or columns is not None or not files:
+        return read_live_rows(fs, root, files, schema, parts, columns=columns)
+    tracked = []
+    for f in files:
+        scan = FileScan(fs, root, f, schema, parts)
+        rows, positions = scan.live_rows()
+        tracked.append(scan.tracked(rows, positions, ctx.hidden))
+    return pa.concat_tables(tracked)

@@ -28,7 +28,6 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from eventlog import expr as ex
-from eventlog.files.scan import read_live_rows
 from eventlog.log.actions import AddFile
 from eventlog.log.filetable import add_files
 from eventlog.ops.optimize import scan_files
@@ -46,7 +45,7 @@ from spark_adapter.ops.jobs import (
     run_planned,
     stage_adds,
 )
-from spark_adapter.ops.optimize import compact_task
+from spark_adapter.ops.optimize import compact_task, live_rows
 
 __all__ = ["curve_values", "plan_optimize_clustered", "rank_boundaries"]
 
@@ -198,7 +197,7 @@ def _sample_task(
     rng = np.random.default_rng(0)
     with typed_task_errors():
         for add in _files(records):
-            rows = read_live_rows(fs, root, [add], ctx.arrow_schema, ctx.partition_columns, columns=columns)
+            rows = live_rows(ctx, fs, root, [add], columns)
             if rows.num_rows > per_file:
                 rows = rows.take(pa.array(np.sort(rng.choice(rows.num_rows, per_file, replace=False))))
             yield _to_ipc(rows)
@@ -216,7 +215,7 @@ def _route_task(
     fs, root = ctx.location.files()
     with typed_task_errors():
         for add in _files(records):
-            rows = read_live_rows(fs, root, [add], ctx.arrow_schema, ctx.partition_columns)
+            rows = live_rows(ctx, fs, root, [add])  # row tracking: with the stable ids, which the write keeps
             z = curve_values(rows, columns, bounds, bits)
             group = np.searchsorted(cuts, z, side="right")
             rows = rows.append_column(_CURVE, pa.array(z, pa.uint64()))

@@ -248,3 +248,34 @@ def test_shuffled_clustering_of_a_column_mapped_table_with_deletion_vectors(
     assert len(files) >= 2 and all(f.deletion_vector is None for f in files)
     assert _rows(t) == before and min(r["key"] for r in before) >= 100
     assert sorted(r["id"] for r in st.toDF().collect()) == [r["id"] for r in before]
+
+
+def _row_ids(t: Table) -> dict[int, tuple[int, int]]:
+    rows = t.to_arrow(row_ids=True)
+    ids = zip(rows.column("_row_id").to_pylist(), rows.column("_row_commit_version").to_pylist(), strict=True)
+    return dict(zip(rows.column("id").to_pylist(), ids, strict=True))
+
+
+@pytest.mark.parametrize("plan", ["one group", "shuffled", "bin packing"])
+def test_spark_optimize_keeps_stable_row_ids(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plan: str
+) -> None:
+    props = {"delta.enableRowTracking": "true", "delta.enableDeletionVectors": "true"}
+    if plan == "shuffled":
+        props["delta.targetFileSize"] = "6000"
+        monkeypatch.setattr(optimize_clustered, "_cluster_one", _refuse)
+    else:
+        monkeypatch.setattr(optimize_clustered, "_cluster_shuffled", _refuse)
+    path = str(tmp_path / "t")
+    t = Table.create(path, SCHEMA, properties=props, cluster_by=None if plan == "bin packing" else ["k"])
+    for seed in range(4):
+        t.append(_batch(seed, 100))
+    st = EventlogTable.forPath(spark, path)
+    st.delete("k < 50")  # deletion vectors: the rewrite reads live rows at their positions
+    before = _row_ids(t)
+    assert len(set(before.values())) == len(before) > 0
+    result = st.optimize().executeCompaction()
+    assert result.metrics["numRemovedFiles"] == "4"
+    if plan != "bin packing":
+        _assert_clustered(t, ["k"])
+    assert _row_ids(t) == before
