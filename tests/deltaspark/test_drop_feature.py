@@ -28,6 +28,7 @@ def _agree(spark: Any, path: str) -> None:
         ("deletionVectors", {"delta.enableDeletionVectors": "true"}),
         ("v2Checkpoint", {"delta.checkpointPolicy": "v2"}),
         ("inCommitTimestamp", {"delta.enableInCommitTimestamps": "true"}),
+        ("rowTracking", {"delta.enableRowTracking": "true"}),
     ],
 )
 def test_delta_spark_reads_our_downgraded_table(
@@ -61,3 +62,17 @@ def test_we_read_a_table_delta_spark_dropped_deletion_vectors_from(spark: Any, t
     assert sorted(t.to_arrow().column("id").to_pylist()) == [1, 3]
     t.append(pa.table({"id": [4]}))
     _agree(spark, path)
+
+
+def test_we_write_a_table_delta_spark_dropped_row_tracking_from(spark: Any, tmp_path: Path) -> None:
+    t = Table.create(str(tmp_path / "t"), SCHEMA, properties={"delta.enableRowTracking": "true"})
+    t.append(rows([1, 2, 3]))
+    t.update("id = 2", {"x": "20"})
+    spark.sql(f"ALTER TABLE delta.`{t.uri}` DROP FEATURE rowTracking")
+    snap = t.refresh()
+    assert "rowTracking" not in (snap.protocol.writer_features or ())
+    assert all(a.base_row_id is None for a in snap.add_files)
+    assert not {k for k in snap.metadata.configuration if "rowTracking" in k}
+    t.append(rows([4]))
+    assert all(a.base_row_id is None for a in t.refresh().add_files)
+    _agree(spark, t.uri)
