@@ -96,12 +96,18 @@ def show(
     columns: Annotated[
         str | None, typer.Option(metavar="A,B", help="Columns to show (comma-separated).", show_default=False)
     ] = None,
+    row_ids: Annotated[
+        bool,
+        typer.Option(
+            "--row-ids", help="Add each row's stable _row_id and _row_commit_version (row tracking tables)."
+        ),
+    ] = False,
 ) -> None:
     """The table's rows (at the latest version, or as of a version or time)."""
     names = column_list(columns, "--columns")
     with settings.open(uri) as t:
         version = _resolve_version(t, as_of)
-        rows = t.to_arrow(where, names, version)
+        rows = t.to_arrow(where, names, version, row_ids=row_ids)
         matched = rows.num_rows
         if limit:
             rows = rows.slice(0, limit)

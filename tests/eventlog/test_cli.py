@@ -157,6 +157,19 @@ def test_show_bad_input(uri: str, run: Run) -> None:
     assert "no column names" in run.fails(2, "show", uri, "--columns", ",")
 
 
+def test_show_row_ids(tmp_path: Path, run: Run) -> None:
+    uri = str(tmp_path / "tracked")
+    t = Table.create(uri, SCHEMA, properties={"delta.enableRowTracking": "true"})
+    t.append(rows([1, 2, 3]))
+    t.update("id = 2", {"x": "20"})
+    data = run.json("show", uri, "--row-ids", "--columns", "id")
+    assert data["columns"] == ["id", "_row_id", "_row_commit_version"]
+    got = sorted((r["id"], r["_row_id"], r["_row_commit_version"]) for r in data["rows"])
+    assert got == [(1, 0, 1), (2, 1, 2), (3, 2, 1)]
+    Table.create(str(tmp_path / "plain"), SCHEMA).close()
+    assert "RowTrackingNotEnabledError" in run.fails(2, "show", str(tmp_path / "plain"), "--row-ids")
+
+
 def test_show_json_holds_every_value_type(tmp_path: Path, run: Run) -> None:
     data = pa.table(
         {
