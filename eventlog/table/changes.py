@@ -49,8 +49,11 @@ class TableChanges(abc.ABC):
         or after it); ``end_timestamp``: the last version committed at or before it.
         ``filter``: a SQL predicate on those columns; ``columns``: a projection.
         ChangeDataNotRecordedError when ``delta.enableChangeDataFeed`` was off at the start
-        or turned off within the range; InvalidChangeRangeError for an end before the start
-        or a start after the latest version (see :mod:`eventlog.snapshot.changes`).
+        or turned off within the range; ChangeDataSchemaChangeError when the range spans a
+        schema change the end version's schema cannot read (a column renamed or dropped under
+        column mapping, a type or partitioning change: read ``start..e.version - 1`` and
+        ``e.version..end`` apart); InvalidChangeRangeError for an end before the start or a
+        start after the latest version (see :mod:`eventlog.snapshot.changes`).
         """
         current = self.refresh()
         start, end = resolve_range(
