@@ -57,6 +57,7 @@ CHANGE_TYPE = CHANGE_TYPE_COLUMN
 COMMIT_VERSION = "_commit_version"
 COMMIT_TIMESTAMP = "_commit_timestamp"
 KINDS = ("cdc", "insert", "delete", "dv")
+SMALL_FILE_BYTES = 8 << 20  # files up to this size are read one by one (_read_small_files)
 
 
 def change_columns() -> list[pa.Field]:
@@ -168,16 +169,33 @@ def _read_whole(
     """``read_data_files(..., columns=columns, file_index=True)``: the rows of ``files`` in
     their order, with a last column :data:`FILE_INDEX` naming each row's file.
 
-    A change data feed read is of many small files (a few rows each): on local disk they are
-    read by :func:`_read_small_files`, which costs about a quarter of a Dataset scan per file.
-    Elsewhere, for ``id`` column mapping, and for files whose columns do not cast to the
-    table's types, the general reader."""
-    if isinstance(fs, LocalFileSystem) and files and not cm.is_id_mode(schema):
-        try:
-            return _read_small_files(fs, root, files, schema, partition_columns, columns)
-        except _Unsupported as exc:  # the general reader below reads every file
-            logger.debug("change data read by the general reader: %s", exc)
-    return read_data_files(fs, root, files, schema, partition_columns, columns=columns, file_index=True)
+    A change data feed read is mostly of small files (a few rows each): on local disk those
+    are read by :func:`_read_small_files`, which costs about a quarter of a Dataset scan per
+    file. Big files (over :data:`SMALL_FILE_BYTES`), other filesystems, ``id`` column mapping
+    and files whose columns do not cast to the table's types go to the general reader."""
+    small = [i for i, f in enumerate(files) if f.size <= SMALL_FILE_BYTES]
+    if not isinstance(fs, LocalFileSystem) or not small or cm.is_id_mode(schema):
+        return read_data_files(fs, root, files, schema, partition_columns, columns=columns, file_index=True)
+    try:
+        fast = _read_small_files(fs, root, [files[i] for i in small], schema, partition_columns, columns)
+    except _Unsupported as exc:  # the general reader reads every file
+        logger.debug("change data read by the general reader: %s", exc)
+        return read_data_files(fs, root, files, schema, partition_columns, columns=columns, file_index=True)
+    if len(small) == len(files):
+        return fast
+    wanted = set(small)
+    big = [i for i in range(len(files)) if i not in wanted]
+    rest = read_data_files(
+        fs, root, [files[i] for i in big], schema, partition_columns, columns=columns, file_index=True
+    )
+    # Both as positions in ``files``, then in file order.
+    parts = []
+    for table, positions in ((fast, small), (rest, big)):
+        index = pa.array(positions, pa.int32()).take(table.column(FILE_INDEX))
+        parts.append(table.set_column(table.num_columns - 1, table.field(FILE_INDEX), index))
+    both = pa.concat_tables(parts)
+    order = np.argsort(both.column(FILE_INDEX).to_numpy(), kind="stable")
+    return both.take(pa.array(order, pa.int64()))
 
 
 def _read_small_files(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -15,6 +16,7 @@ import pytest
 from fsspec.implementations.local import LocalFileSystem
 
 from eventlog.errors import DataFileNotFoundError
+from eventlog.files import change_rows
 from eventlog.files import column_mapping as cm
 from eventlog.files.change_rows import _read_small_files, _read_whole, _Unsupported
 from eventlog.files.reader import FILE_INDEX, read_data_files
@@ -120,3 +122,30 @@ def test_a_missing_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(DataFileNotFoundError) as err:
         _read_small_files(FS, str(tmp_path), files, schema, [], ["id"])
     assert "gone.parquet" in str(err.value)
+
+
+def test_big_files_go_to_the_general_reader_in_file_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("p", pa.string())])
+    files = [
+        _file(tmp_path, f"p=x/{n}.parquet", pa.table({"id": pa.array(ids, pa.int64())}), {"p": "x"})
+        for n, ids in enumerate([[1], list(range(10, 400)), [2, 3], list(range(500, 900)), [4]])
+    ]
+    sizes = sorted(f.size for f in files)
+    assert sizes[2] < sizes[3]  # three small, two big
+    monkeypatch.setattr(change_rows, "SMALL_FILE_BYTES", sizes[2])
+    calls: list[int] = []
+    real = read_data_files
+
+    def general(*args: Any, **kwargs: Any) -> pa.Table:
+        calls.append(len(args[2]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(change_rows, "read_data_files", general)
+    rows = _read_whole(FS, str(tmp_path), files, schema, ["p"], ["id", "p"])
+    assert calls == [2]  # the two big files only
+    expected = read_data_files(FS, str(tmp_path), files, schema, ["p"], columns=["id", "p"], file_index=True)
+    assert rows.schema.equals(expected.schema, check_metadata=True)
+    assert rows.to_pylist() == expected.to_pylist()
+    assert rows.column(FILE_INDEX).to_pylist()[:3] == [0, 1, 1]
