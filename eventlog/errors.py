@@ -227,7 +227,8 @@ class ClusteringError(InvalidInputError):
     Fields: ``columns`` (the clustering columns asked for) and ``reason`` (``partitioned``,
     ``unknown column``, ``duplicate``, ``type``, ``too many``; ``no statistics``: beyond the
     columns Delta keeps statistics for; ``zorder``: OPTIMIZE ZORDER BY on a clustered table;
-    ``drop clustering column``: DROP COLUMNS of one).
+    ``drop clustering column``: DROP COLUMNS of one; ``mismatch``: a Spark write's
+    ``clusterBy`` option that differs from the table's clustering columns).
     """
 
     def __init__(self, message: str, *, columns: list[str], reason: str) -> None:

@@ -37,6 +37,11 @@ Options (case-insensitive):
                               ``spark.sql.python.filterPushdown.enabled=true``; see
                               :mod:`spark_adapter.reader` for why it is off by default)
 ``partitionBy``               write: comma-separated partition columns of a new table
+``clusterBy``                 write: comma-separated clustering columns (liquid
+                              clustering) of a new table; on an existing one they must
+                              be its own (``ClusteringError``, reason ``mismatch``).
+                              Spark's ``DataFrameWriter.clusterBy`` does not reach
+                              Python data sources
 ``replaceWhere``              overwrite: replace only the rows matching this predicate
 ``mergeSchema``               write: ``true`` lets new columns into the table schema
 ``txnAppId`` + ``txnVersion``  write: idempotent writes (a version already committed for
