@@ -15,6 +15,7 @@ from eventlog import Table
 from eventlog.files import row_tracking as rt
 from spark_adapter.table import EventlogTable
 from tests.conftest import SCHEMA, rows
+from tests.spark.test_streaming_sink import Pipeline
 
 pytestmark = pytest.mark.spark
 
@@ -91,3 +92,19 @@ def test_row_ids_of_a_table_without_row_tracking_are_refused(spark: Any, tmp_pat
     Table.create(uri, SCHEMA).append(rows([1]))
     with pytest.raises(SPARK_ERRORS, match="row tracking is not enabled"):
         spark.read.format("eventlog").option("rowIds", "true").load(uri).collect()
+
+
+def test_streaming_sink_batches_get_fresh_row_ids(spark: Any, tmp_path: Path) -> None:
+    pipeline = Pipeline(spark, tmp_path)
+    Table.create(pipeline.uri, pa.schema([("id", pa.int64()), ("part", pa.int64())]), properties=ON).close()
+    for start in (0, 10, 20):
+        pipeline.add_file(list(range(start, start + 4)))
+    pipeline.run()
+    assert len(pipeline.batches()) == 3
+    t = Table.open(pipeline.uri)
+    adds = sorted(t.snapshot().add_files, key=lambda a: a.base_row_id or 0)
+    assert all(a.base_row_id is not None for a in adds)
+    assert {a.default_row_commit_version for a in adds} == {1, 2, 3}  # each batch's version
+    got = _engine_ids(pipeline.uri)
+    assert sorted(i for i, _ in got.values()) == list(range(12))
+    assert rt.high_water_mark(t.snapshot().domains) == 11
