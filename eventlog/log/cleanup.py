@@ -72,6 +72,24 @@ _VERSIONED = re.compile(
 )
 
 
+TRUNCATE_HISTORY_RETENTION_KEY = "delta.dropFeatureTruncateHistory.retentionDuration"
+DEFAULT_TRUNCATE_HISTORY_RETENTION = "interval 24 hours"
+
+
+def truncate_history_cutoff_ms(properties: Mapping[str, str], now_ms: int | None = None) -> int:
+    """The cutoff of DROP FEATURE ... TRUNCATE HISTORY's log cleanup (Delta's): files older
+    than ``delta.dropFeatureTruncateHistory.retentionDuration`` (24 hours by default) go,
+    but never within ``eventlog.auditRetentionDuration`` when that is set."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    retention = int(
+        parse_interval_ms(properties.get(TRUNCATE_HISTORY_RETENTION_KEY, DEFAULT_TRUNCATE_HISTORY_RETENTION))
+    )
+    audit = properties.get(AUDIT_RETENTION_KEY)
+    if audit is not None:
+        retention = max(retention, int(parse_interval_ms(audit)))
+    return now - retention
+
+
 def cleanup_cutoff_ms(properties: Mapping[str, str], now_ms: int | None = None) -> int | None:
     """The modification time before which log files may go, or None (keep everything:
     the default, since ``eventlog.auditRetentionDuration`` is unset)."""

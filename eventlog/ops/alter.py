@@ -21,7 +21,7 @@ from eventlog.files.type_widening import TYPE_WIDENING_PROPERTY
 from eventlog.log import in_commit_timestamps as ict
 from eventlog.log.actions import Protocol
 from eventlog.log.checkpoint_v2 import CHECKPOINT_POLICY_KEY
-from eventlog.log.cleanup import AUDIT_RETENTION_KEY, PROTECTION_KEY
+from eventlog.log.cleanup import AUDIT_RETENTION_KEY, PROTECTION_KEY, TRUNCATE_HISTORY_RETENTION_KEY
 from eventlog.ops import columns
 from eventlog.snapshot.isolation import ISOLATION_LEVEL_KEY, IsolationLevel
 from eventlog.snapshot.protocol import DV_PROPERTY, upgrade
@@ -42,7 +42,12 @@ _BOOL_PROPERTIES = (
 _INT_PROPERTIES = ("delta.checkpointInterval", TARGET_FILE_SIZE_KEY, "delta.dataSkippingNumIndexedCols")
 DELETED_FILE_RETENTION_KEY = "delta.deletedFileRetentionDuration"
 DEFAULT_DELETED_FILE_RETENTION = "interval 1 week"
-_INTERVAL_PROPERTIES = ("delta.logRetentionDuration", DELETED_FILE_RETENTION_KEY, AUDIT_RETENTION_KEY)
+_INTERVAL_PROPERTIES = (
+    "delta.logRetentionDuration",
+    DELETED_FILE_RETENTION_KEY,
+    AUDIT_RETENTION_KEY,
+    TRUNCATE_HISTORY_RETENTION_KEY,
+)
 
 # Interpreted by the streaming sink's auto-compaction (streaming.compaction).
 AUTO_COMPACT_KEY = "delta.autoOptimize.autoCompact"

@@ -17,6 +17,8 @@ import pyarrow as pa
 from eventlog.errors import UnsupportedProtocolError
 from eventlog.files.schema import needs_timestamp_ntz, to_spark_schema_json
 from eventlog.log.actions import Metadata, Protocol
+from eventlog.log.cleanup import CheckpointProtection, cleanup_expired_logs
+from eventlog.log.storage import LogStore
 from eventlog.snapshot.features import (
     FEATURES,
     TABLE_FEATURES_READER,
@@ -189,4 +191,21 @@ def downgrade(protocol: Protocol, name: str, *, add: tuple[str, ...] = ()) -> Pr
         MAX_WRITER_VERSION,
         reader_features=tuple(sorted(readers)),
         writer_features=tuple(sorted(remaining)),
+    )
+
+
+def clean_log(
+    log: LogStore, protocol: Protocol, properties: Mapping[str, str], checkpoint_version: int, cutoff_ms: int
+) -> list[int]:
+    """Log cleanup below ``checkpoint_version`` (a checkpoint of a table with ``protocol``
+    and ``properties``) of the files older than ``cutoff_ms``, within its
+    ``checkpointProtection`` (history is only dropped over protocols this library
+    supports); the commit versions deleted."""
+
+    def supported(protocol: Protocol, write: bool) -> bool:
+        return not (writer_missing(protocol) if write else reader_missing(protocol))
+
+    protection = CheckpointProtection.of(protocol, properties, supported)
+    return LogStore.commit_versions(
+        cleanup_expired_logs(log, checkpoint_version, cutoff_ms, protection=protection)
     )

@@ -8,6 +8,7 @@ import abc
 from collections.abc import Callable
 
 from eventlog.errors import FeatureDropError
+from eventlog.log.cleanup import truncate_history_cutoff_ms
 from eventlog.log.commit import Commit
 from eventlog.log.storage import LogStore
 from eventlog.ops import drop_feature as drop
@@ -35,6 +36,9 @@ class DropFeature(abc.ABC):
     def commits_between(self, first: int, last: int) -> list[Commit]: ...
 
     @abc.abstractmethod
+    def _clean_log(self, snap: Snapshot, checkpoint_version: int, cutoff_ms: int) -> None: ...
+
+    @abc.abstractmethod
     def reorg_purge(self, where: str | None = None, *, target_size: int | None = None) -> CommitResult: ...
 
     @property
@@ -47,7 +51,9 @@ class DropFeature(abc.ABC):
         vacuumProtocolCheck, rowTracking, checkConstraints (once no constraint remains). Its traces go
         first (properties off, deletion vectors purged...); for a reader-writer feature the
         history before the downgrade is then protected by ``checkpointProtection``, or, with
-        ``truncate_history``, must already be gone from the log. Refusals are
+        ``truncate_history``, cut as Delta cuts it: log files older than
+        ``delta.dropFeatureTruncateHistory.retentionDuration`` (24 hours; never within
+        ``eventlog.auditRetentionDuration``) are deleted, and what remains must not use it. Refusals are
         :class:`~eventlog.errors.FeatureDropError` with ``feature`` and ``reason``. Returns
         the downgrade commit's result."""
         snap = self.refresh()
@@ -57,8 +63,11 @@ class DropFeature(abc.ABC):
         if feature.reader_writer:
             for _ in range(drop.BARRIER_CHECKPOINTS if protect else 1):
                 self._run(lambda txn: txn.empty_commit())
-                self.checkpoint()  # also cleans the log up, as the table's retention allows
+                checkpoint = self.checkpoint()  # also cleans the log up, as the table's retention allows
             if truncate_history:
+                if not changed:  # Delta's truncation: the history older than 24 hours goes
+                    snap = self.refresh()
+                    self._clean_log(snap, checkpoint, truncate_history_cutoff_ms(snap.properties))
                 self._check_history(feature, changed)
         result = self._run(
             lambda txn: txn.downgrade_protocol(name, truncate_history=truncate_history, protect=protect)

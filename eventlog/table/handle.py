@@ -27,7 +27,7 @@ from eventlog.files.constraints import WriteRules
 from eventlog.files.identity import check_identity_schema
 from eventlog.files.schema import canonical_schema
 from eventlog.log.audit import audit_key_from_env
-from eventlog.log.cleanup import CheckpointProtection, cleanup_cutoff_ms, cleanup_expired_logs
+from eventlog.log.cleanup import cleanup_cutoff_ms
 from eventlog.log.commit import Commit
 from eventlog.log.commitlog import CommitLog, SlotsSpec, acquire_slots
 from eventlog.log.storage import LogStore, open_log_store
@@ -47,7 +47,7 @@ from eventlog.ops.vacuum import vacuum as vacuum_table
 from eventlog.snapshot import Snapshot
 from eventlog.snapshot.loader import checkpoint_due, load_snapshot, write_snapshot_checkpoint
 from eventlog.snapshot.new_table import check_partition_by, new_table_metadata
-from eventlog.snapshot.protocol import check_writable, protocol_for, reader_missing, writer_missing
+from eventlog.snapshot.protocol import check_writable, clean_log, protocol_for
 from eventlog.snapshot.read import read_snapshot_rows
 from eventlog.snapshot.replay import Replay, TableDiff, replay
 from eventlog.snapshot.replay import diff as diff_snapshots
@@ -406,14 +406,13 @@ class Table(AlterTable, TableChanges, DropFeature, ClusteredTable):
         version = write_snapshot_checkpoint(self.log, snap, tombstone_horizon_ms=horizon, chain_head=head)
         cutoff = cleanup_cutoff_ms(snap.properties)
         if cutoff is not None:
-            supported = lambda p, write: not (writer_missing(p) if write else reader_missing(p))  # noqa: E731
-            protection = CheckpointProtection.of(snap.protocol, snap.properties, supported)
-            deleted = LogStore.commit_versions(
-                cleanup_expired_logs(self.log, version, cutoff, protection=protection)
-            )
-            if deleted:
-                self.commitlog.forget_through(deleted[-1])  # history() must not list them
+            self._clean_log(snap, version, cutoff)
         return version
+
+    def _clean_log(self, snap: Snapshot, checkpoint_version: int, cutoff_ms: int) -> None:
+        deleted = clean_log(self.log, snap.protocol, snap.properties, checkpoint_version, cutoff_ms)
+        if deleted:
+            self.commitlog.forget_through(deleted[-1])  # history() must not list them
 
     # ------------------------------------------------------------------ operations
 

@@ -4,7 +4,10 @@ that fails concurrent writers."""
 
 from __future__ import annotations
 
+import os
 import pickle
+import time
+from pathlib import Path
 
 import deltalake
 import pytest
@@ -124,6 +127,45 @@ def test_truncate_history_waits_for_the_retention(local_uri: str) -> None:
         t.drop_feature("deletionVectors", truncate_history=True)
     assert err.value.reason == "historical versions exist"
     assert "deletionVectors" in _features(t)
+
+
+def test_truncate_history_cuts_the_log_older_than_24_hours(local_uri: str) -> None:
+    t = _table(local_uri, {"delta.enableDeletionVectors": "true"})
+    t.delete("id = 2")
+    with pytest.raises(FeatureDropError) as err:
+        t.drop_feature("deletionVectors", truncate_history=True)  # traces removed now
+    assert err.value.reason == "wait for retention"
+    log_dir = Path(local_uri) / "_delta_log"
+    old = time.time() - 25 * 3600  # the whole history so far is older than a day
+    for f in log_dir.iterdir():
+        if f.is_file():
+            os.utime(f, (old, old))
+    contents = sorted_ids(t)
+    result = t.drop_feature("deletionVectors", truncate_history=True)
+    assert result.operation == "DROP FEATURE" and "deletionVectors" not in _features(t)
+    assert "checkpointProtection" not in _features(t)  # truncated, not protected
+    kept = sorted(int(f.name[:20]) for f in log_dir.glob("*.json"))
+    assert kept[0] > 0 and kept[-1] == result.version  # the day-old commits are gone
+    reopened = Table.open(local_uri)
+    assert sorted_ids(reopened) == contents and reopened.verify().ok
+
+
+def test_truncate_history_keeps_what_the_audit_retention_keeps(local_uri: str) -> None:
+    t = _table(
+        local_uri,
+        {"delta.enableDeletionVectors": "true", "eventlog.auditRetentionDuration": "interval 30 days"},
+    )
+    t.delete("id = 2")
+    with pytest.raises(FeatureDropError):
+        t.drop_feature("deletionVectors", truncate_history=True)
+    old = time.time() - 25 * 3600
+    for f in (Path(local_uri) / "_delta_log").iterdir():
+        if f.is_file():
+            os.utime(f, (old, old))
+    with pytest.raises(FeatureDropError) as err:  # the audit retention keeps 30 days
+        t.drop_feature("deletionVectors", truncate_history=True)
+    assert err.value.reason == "historical versions exist"
+    assert (Path(local_uri) / "_delta_log" / f"{0:020d}.json").exists()
 
 
 def test_truncate_history_of_a_writer_feature_is_refused(local_uri: str) -> None:
