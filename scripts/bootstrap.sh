@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
-EXTRAS=${EXTRAS:-test,zookeeper,dv,spark,metrics,s3}
+EXTRAS=${EXTRAS:-test,zookeeper,dv,spark,connect,metrics,s3}
 
 log() { echo "bootstrap: $*" >&2; }
 
