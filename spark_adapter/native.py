@@ -25,6 +25,9 @@ comes with ``storage_options``, or where an option has no S3A equivalent, ``read
 ``EventlogTable.toDF`` and DML reads fall back to the ``eventlog`` Python data source (Python
 tasks read the files with fsspec, the options passed as its ``storageOptions``), with one
 INFO log line naming the reason (option keys, never values).
+
+On a Spark Connect session every read takes that fallback (:func:`native_target`): the
+native scan's planning needs the JVM, which a Connect client has no access to.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from eventlog.table import Table
 from spark_adapter import jvm_reader, s3a
 from spark_adapter.native_dv import distinct_sizes, dv_filter, dv_scans, size_lookup
 from spark_adapter.s3a import HadoopTarget
+from spark_adapter.session import is_connect
 from spark_adapter.types import activate_session, nullable_schema, storage_spark_options
 
 __all__ = [
@@ -143,7 +147,14 @@ def native_target(spark: SparkSession, location: TableLocation) -> HadoopTarget 
     """Where Spark's Parquet reader scans ``location`` (its Hadoop root URI and the reader
     options that reach it), or why it cannot: no Hadoop FileSystem for the scheme, or fsspec
     storage options with no Hadoop equivalent (those only the Python data source's tasks can
-    use). ``s3://`` options are translated by :func:`spark_adapter.s3a.s3a_target`."""
+    use). ``s3://`` options are translated by :func:`spark_adapter.s3a.s3a_target`.
+
+    On Spark Connect there is never a native target: planning the scan needs the JVM (the
+    Hadoop FileSystem lookup, Hadoop's path qualification, the deletion-vector reader), which
+    a Connect client cannot reach, so ``read_table``, ``toDF`` and DML reads go through the
+    ``eventlog`` Python data source or the adapter's Python read tasks there."""
+    if is_connect(spark):
+        return "Spark Connect session (no JVM access from the client)"
     if location.options:
         return s3a.s3a_target(spark, location)
     scheme = urlparse(location.uri).scheme

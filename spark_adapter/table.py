@@ -43,7 +43,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql.types import DataType, StructField, StructType
+from pyspark.sql.types import BooleanType, DataType, StringType, StructField, StructType
 
 from eventlog import Table
 from eventlog.errors import InvalidInputError
@@ -67,6 +67,7 @@ from spark_adapter.ops.merge import SparkMergeBuilder
 from spark_adapter.ops.optimize import plan_optimize
 from spark_adapter.ops.optimize_clustered import plan_optimize_clustered
 from spark_adapter.ops.update import plan_update
+from spark_adapter.session import default_parallelism, is_connect, spread
 from spark_adapter.types import spark_to_arrow_schema
 
 __all__ = ["EventlogTable", "OptimizeBuilder", "PendingCommit", "SparkMergeBuilder"]
@@ -77,6 +78,9 @@ _HISTORY_SCHEMA = (
     "readVersion BIGINT, isolationLevel STRING, isBlindAppend BOOLEAN, operationMetrics MAP<STRING, STRING>, "
     "userMetadata STRING, engineInfo STRING, txnId STRING"
 )
+
+_ENTRIES = StructType([StructField("name", StringType()), StructField("is_dir", BooleanType())])
+_DELETED = StructType([StructField("path", StringType())])
 
 
 class EventlogTable:
@@ -275,11 +279,18 @@ class EventlogTable:
         entries = top_level_entries(fs, root, parts)
         if not entries:
             return sorted(f"{canonical}/{rel}" for rel in staged)
+        slices = max(1, min(len(entries), 2 * default_parallelism(self._spark)))
+        if is_connect(self._spark):  # no broadcast or RDD: the valid set travels with each task
+            arrow_task = functools.partial(
+                _vacuum_arrow_task, self._location, parts, frozenset(valid), horizon, dryRun
+            )
+            df = spread(self._spark, entries, _ENTRIES, slices).mapInArrow(arrow_task, _DELETED)
+            deleted = [str(r.path) for r in df.collect()]
+            return sorted(f"{canonical}/{rel}" for rel in [*deleted, *staged])
         sc = self._spark.sparkContext
         valid_bc = sc.broadcast(frozenset(valid))
         try:
             task = functools.partial(_vacuum_task, self._location, parts, valid_bc, horizon, dryRun)
-            slices = max(1, min(len(entries), 2 * int(sc.defaultParallelism)))
             deleted = sc.parallelize(entries, slices).mapPartitions(task).collect()
         finally:
             valid_bc.unpersist()
@@ -297,6 +308,24 @@ def _vacuum_task(
     """One Spark task's share of :func:`eventlog.ops.vacuum.sweep`."""
     fs, root = location.files()
     yield from sweep(fs, root, entries, partition_columns, valid.value, horizon, dry_run)
+
+
+def _vacuum_arrow_task(
+    location: TableLocation,
+    partition_columns: Sequence[str],
+    valid: frozenset[str],
+    horizon: int,
+    dry_run: bool,
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """:func:`_vacuum_task` as a ``mapInArrow`` task (Spark Connect): (name, is_dir) rows in,
+    the deleted paths out."""
+    fs, root = location.files()
+    for batch in batches:
+        entries = zip(batch.column("name").to_pylist(), batch.column("is_dir").to_pylist(), strict=True)
+        gone = list(sweep(fs, root, entries, partition_columns, valid, horizon, dry_run))
+        if gone:
+            yield pa.RecordBatch.from_arrays([pa.array(gone, pa.string())], names=["path"])
 
 
 class OptimizeBuilder:

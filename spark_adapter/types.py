@@ -21,6 +21,7 @@ from pyspark.sql.types import StructType
 from eventlog.errors import InvalidInputError, InvalidTextError
 from eventlog.files.schema import canonical_schema, from_spark_schema_json, to_spark_schema_json
 from eventlog.log.location import TableLocation
+from spark_adapter.session import is_connect
 
 __all__ = [
     "activate_session",
@@ -240,6 +241,8 @@ def activate_session(spark: Any) -> None:
     """Make ``spark`` the JVM's active session in the calling thread, where pyspark looks
     Python data sources up (a new thread has none until it calls ``createDataFrame``).
     Does nothing for sessions without a JVM (Spark Connect)."""
+    if is_connect(spark):
+        return
     jvm = getattr(spark, "_jvm", None)
     if jvm is not None:
         jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)

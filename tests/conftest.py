@@ -75,3 +75,4 @@ def sorted_ids(table: Table, **kw: object) -> list[int]:
 
 from tests.support.fixtures import *  # noqa: E402,F403 - ZooKeeper fixtures (zk_hosts, zk_chroot, zk_ensemble)
 from tests.support.spark import spark  # noqa: E402,F401 - the one SparkSession per test run
+from tests.support.spark_connect import connect_spark  # noqa: E402,F401 - the one Spark Connect session per test run

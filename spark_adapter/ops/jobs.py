@@ -57,6 +57,7 @@ from eventlog.txn.identity import IdentityRange
 from eventlog.txn.transaction import CommitResult
 from spark_adapter.errors import recover_error, typed_task_errors
 from spark_adapter.native import tagged_rows
+from spark_adapter.session import connect_column_sql, default_parallelism, is_connect, job_description, spread
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +167,8 @@ def condition_sql(spark: SparkSession, schema: StructType, condition: str | Colu
     """SQL text of a condition: the string itself, or a Column's analyzed SQL (None if unknown)."""
     if condition is None or isinstance(condition, str):
         return condition
+    if is_connect(spark):  # no analyzed plan on this side: the Column's own text
+        return connect_column_sql(condition)
     try:
         # Resolving against an empty DataFrame of the table's schema yields Catalyst's SQL
         # rendering, e.g. "(x > CAST(5 AS BIGINT))", which eventlog's parser understands.
@@ -195,12 +198,6 @@ def read_predicate(txn: Transaction, sql: str | None, *, strict: bool) -> tuple[
         return None, False
     except (PredicateError, InvalidInputError):
         return None, False
-
-
-def describe(spark: SparkSession, text: str | None) -> None:
-    """Label the following Spark jobs in the UI (cleared with None)."""
-    # pyspark's stub says str, but None is what clears the JVM-side local property.
-    cast(Any, spark.sparkContext).setJobDescription(text)
 
 
 # --------------------------------------------------------------------------- staged files
@@ -315,11 +312,12 @@ def adds_of(rows: Sequence[Any]) -> list[AddFile]:
 
 
 def parallelize(spark: SparkSession, records: list[tuple[int, str]], *, one_per_task: bool) -> DataFrame:
-    """(id, JSON payload) records as a DataFrame, spread over the cluster's cores."""
-    cores = max(1, int(spark.sparkContext.defaultParallelism))
-    slices = len(records) if one_per_task else min(len(records), 2 * cores)
-    rdd = spark.sparkContext.parallelize(records, max(1, slices))
-    return spark.createDataFrame(rdd, _RECORDS)
+    """(id, JSON payload) records as a DataFrame, spread over the cluster's cores
+    (:func:`spark_adapter.session.spread`: one record per task with ``one_per_task``, on
+    classic and Connect sessions alike)."""
+    if one_per_task:
+        return spread(spark, records, _RECORDS, len(records))
+    return spread(spark, records, _RECORDS, min(len(records), 2 * default_parallelism(spark)))
 
 
 def read_files(spark: SparkSession, ctx: JobContext, files: Sequence[tuple[int, AddFile]]) -> DataFrame:
@@ -524,9 +522,9 @@ def run_planned(
     A typed error a task raised (ConstraintViolationError...) is raised as itself."""
     ctx = JobContext.of(txn, regenerate)
     staged = StagedFiles(ctx)
-    describe(spark, f"eventlog {name} {txn.table.uri}")
     try:
-        plan(ctx, staged)
+        with job_description(spark, f"eventlog {name} {txn.table.uri}"):
+            plan(ctx, staged)
     except BaseException as exc:
         staged.fail()
         txn.abort()
@@ -534,8 +532,6 @@ def run_planned(
         if typed is not None:
             raise typed from exc
         raise
-    finally:
-        describe(spark, None)
     return PendingCommit(txn)
 
 

@@ -67,6 +67,7 @@ from spark_adapter.ops.jobs import (
     write_rows_generating,
 )
 from spark_adapter.ops.rows import stage_change_rows
+from spark_adapter.session import connect_alias, connect_column_sql, is_connect, is_connect_column
 
 _KIND = "__eventlog_kind"  # U(pdate), D(elete), I(nsert), or null (matched, no clause applies)
 _MATCHED = "__eventlog_matched_clause"
@@ -78,6 +79,8 @@ Value = str | Column  # a condition or SET value: SQL text or a Spark Column
 
 def dataframe_alias(df: DataFrame) -> str | None:
     """The name given with ``df.alias(name)``, if that is the DataFrame's last step."""
+    if is_connect(df.sparkSession):
+        return connect_alias(df)
     try:
         plan = df._jdf.queryExecution().logical()
         if plan.getClass().getSimpleName() == "SubqueryAlias":
@@ -91,6 +94,8 @@ def _sql(value: Value | None) -> str | None:
     """SQL text of a condition (None: no SQL for this Column)."""
     if value is None or isinstance(value, str):
         return value
+    if is_connect_column(value):
+        return connect_column_sql(value)
     try:
         return str(cast(Any, value)._jc.node().sql())
     except Exception:

@@ -1,0 +1,192 @@
+"""EventlogTable on a Spark Connect session: DELETE, UPDATE, MERGE (with and without deletion
+vectors), OPTIMIZE, VACUUM and history, each checked against the plain-Python operation on
+an identical table (same rows, same version, same commit), as tests/spark/test_table_api.py
+does on the classic session."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from eventlog import Table
+from eventlog.log.filetable import add_files
+from eventlog.ops.vacuum import RETENTION_CHECK_CONF
+from spark_adapter.table import EventlogTable
+from tests.conftest import SCHEMA, rows
+
+pytestmark = pytest.mark.spark
+
+SOURCE_DDL = "id BIGINT, date STRING, x BIGINT, y DOUBLE"
+DV = {"delta.enableDeletionVectors": "true"}
+Twins = Callable[..., tuple[Table, Table]]
+
+
+def _build(uri: str, properties: dict[str, str] | None = None) -> Table:
+    """Three appends (three files, two partitions) with the standard test schema."""
+    t = Table.create(uri, SCHEMA, partition_by=["date"], properties=properties)
+    t.append(rows(list(range(0, 10)), "2024-01-01"))
+    t.append(rows(list(range(10, 20)), "2024-01-02"))
+    t.append(rows(list(range(20, 25)), "2024-01-01"))
+    return t
+
+
+@pytest.fixture
+def twins(tmp_path: Path) -> Twins:
+    """(plain eventlog Table, identical Table the Connect side changes)."""
+    made = iter(range(100))
+
+    def make(properties: dict[str, str] | None = None) -> tuple[Table, Table]:
+        n = next(made)
+        plain = _build(str(tmp_path / f"plain{n}"), properties)
+        return plain, _build(str(tmp_path / f"spark{n}"), properties)
+
+    return make
+
+
+def _rows(t: Table) -> list[dict[str, Any]]:
+    return sorted(t.to_arrow().to_pylist(), key=lambda r: (r["id"], r["date"], r["x"]))
+
+
+def _last(t: Table) -> dict[str, Any]:
+    h = t.history(1)[0]
+    return {k: h.get(k) for k in ("operation", "operationParameters", "operationMetrics")}
+
+
+_LAYOUT_METRICS = ("numRemovedFiles", "numCopiedRows", "numTargetFilesRemoved", "numAddedFiles")
+
+
+def _same(plain: Table, other: Table) -> None:
+    """Same rows, same version, same last operation and parameters; metrics but those that
+    depend on the file layout (Spark tasks write their own files)."""
+    assert other.refresh().version == plain.refresh().version
+    assert _rows(other) == _rows(plain)
+    a, b = _last(plain), _last(other)
+    for m in _LAYOUT_METRICS:
+        a["operationMetrics"].pop(m, None)
+        b["operationMetrics"].pop(m, None)
+    assert b == a
+
+
+def _has_dv(t: Table) -> bool:
+    return any(a.deletion_vector is not None for a in add_files(t.refresh().select_files(None)[1]))
+
+
+def test_session_is_connect(connect_spark: Any) -> None:
+    from spark_adapter.session import default_parallelism, is_connect
+
+    assert is_connect(connect_spark)
+    assert default_parallelism(connect_spark) == 2  # local[2]
+
+
+@pytest.mark.parametrize("props", [None, DV], ids=["rewrite", "dv"])
+def test_delete_update_match_plain(connect_spark: Any, twins: Twins, props: dict[str, str] | None) -> None:
+    from pyspark.sql import functions as F
+
+    plain, other = twins(props)
+    st = EventlogTable.forPath(connect_spark, other.uri)
+    plain.delete("x % 3 = 0")
+    assert st.delete("x % 3 = 0").version == 4
+    _same(plain, other)
+    assert _has_dv(other) == (props is not None)
+    plain.update("id > 15", set={"x": "x + 100", "y": "y * 2"})
+    assert st.update("id > 15", set={"x": "x + 100", "y": "y * 2"}).version == 5
+    _same(plain, other)
+    plain.delete("date = '2024-01-02'")  # whole partition: files removed unread
+    assert st.delete(F.col("date") == "2024-01-02").version == 6
+    assert _rows(other) == _rows(plain)
+    assert _last(other)["operationMetrics"] == _last(plain)["operationMetrics"]
+
+
+@pytest.mark.parametrize("props", [None, DV], ids=["rewrite", "dv"])
+def test_merge_matches_plain(connect_spark: Any, twins: Twins, props: dict[str, str] | None) -> None:
+    plain, other = twins(props)
+    data = [
+        (1, "2024-01-01", -1, 0.0),  # matched, deleted (s.x < 0)
+        (2, "2024-01-01", 200, 2.5),  # matched, updated
+        (12, "2024-01-02", 1200, 12.5),  # matched, updated
+        (21, "2024-01-01", 2100, 21.5),  # matched (second file), updated
+        (100, "2024-01-03", 5, 100.0),  # inserted
+        (101, "2024-01-02", -5, 101.0),  # not inserted (clause condition)
+    ]
+    arrow = pa.Table.from_pylist([dict(zip(SCHEMA.names, r, strict=True)) for r in data], schema=SCHEMA)
+    on = "t.id = s.id AND t.date = s.date"
+    (
+        plain.merge(arrow, on, source_alias="s", target_alias="t")
+        .when_matched_delete("s.x < 0")
+        .when_matched_update(set={"x": "s.x", "y": "t.y + s.y"})
+        .when_not_matched_insert_all("s.x > 0")
+        .execute()
+    )
+    src = connect_spark.createDataFrame(data, SOURCE_DDL).alias("s")
+    result = (
+        EventlogTable.forPath(connect_spark, other.uri)
+        .alias("t")
+        .merge(src, on)
+        .whenMatchedDelete("s.x < 0")
+        .whenMatchedUpdate(set={"x": "s.x", "y": "t.y + s.y"})
+        .whenNotMatchedInsertAll("s.x > 0")
+        .execute()
+    )
+    assert result.version == 4
+    _same(plain, other)
+    assert _last(other)["operationMetrics"]["numTargetRowsUpdated"] == "3"
+    assert _last(other)["operationMetrics"]["numTargetRowsInserted"] == "1"
+    assert _has_dv(other) == (props is not None)
+
+
+def test_optimize_and_history(connect_spark: Any, twins: Twins) -> None:
+    plain, other = twins()
+    st = EventlogTable.forPath(connect_spark, other.uri)
+    plain.optimize()
+    assert st.optimize().executeCompaction().version == 4
+    _same(plain, other)
+    assert len(other.files()) == 2  # one file per partition
+    assert st.optimize().where("date = '2024-01-01'").executeZOrderBy("x", "y").version == 5
+    assert _rows(other) == _rows(plain)
+    hist = st.history().collect()
+    assert [r.version for r in hist] == [5, 4, 3, 2, 1, 0]
+    assert [r.operation for r in hist][:2] == ["OPTIMIZE", "OPTIMIZE"]
+    assert [h["operation"] for h in other.history()] == [r.operation for r in hist]
+    assert hist[1].operationParameters == {
+        k: str(v) for k, v in plain.history(1)[0]["operationParameters"].items()
+    }
+    assert [r.version for r in st.history(2).collect()] == [5, 4]
+    assert st.toDF().count() == 25
+
+
+def _backdate(path: Path, hours: float) -> None:
+    old = time.time() - hours * 3600
+    os.utime(path, (old, old))
+
+
+def test_vacuum(connect_spark: Any, tmp_path: Path) -> None:
+    t = _build(str(tmp_path / "t"))
+    st = EventlogTable.forPath(connect_spark, t.uri)
+    root = Path(t.uri)
+    st.delete("date = '2024-01-02'")
+    removed = next(p for p in root.glob("date=2024-01-02/*.parquet"))
+    orphan_old = root / "date=2024-01-01" / "part-orphan-old.parquet"
+    orphan_new = root / "date=2024-01-01" / "part-orphan-new.parquet"
+    orphan_old.write_bytes(b"x")
+    orphan_new.write_bytes(b"x")
+    for p in root.rglob("*"):
+        if p.is_file() and p != orphan_new:
+            _backdate(p, 200)
+    live = {root / a for a in t.files()}
+    assert st.vacuum(dryRun=True) == [str(orphan_old)] and orphan_old.exists()
+    assert st.vacuum() == [str(orphan_old)]
+    assert not orphan_old.exists() and removed.exists() and orphan_new.exists()
+    connect_spark.conf.set(RETENTION_CHECK_CONF, "false")
+    try:
+        deleted = st.vacuum(0)
+    finally:
+        connect_spark.conf.unset(RETENTION_CHECK_CONF)
+    assert sorted(deleted) == sorted([str(removed), str(orphan_new)])
+    assert all(p.exists() for p in live)
+    assert sorted(t.to_arrow().column("id").to_pylist()) == [*range(10), *range(20, 25)]
