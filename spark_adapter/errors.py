@@ -24,7 +24,7 @@ from typing import Any
 from eventlog import errors as el_errors
 from eventlog.errors import EventlogError
 
-__all__ = ["MARKER", "TaskError", "recover_error", "typed_task_errors"]
+__all__ = ["MARKER", "TaskError", "UnsupportedStatementError", "recover_error", "typed_task_errors"]
 
 MARKER = "EVENTLOG_ERROR "
 
@@ -74,3 +74,19 @@ def recover_error(error: BaseException | str | None) -> EventlogError | None:
     err = cls.__new__(cls)
     EventlogError.__init__(err, message, **fields)
     return err
+
+
+class UnsupportedStatementError(el_errors.InvalidInputError):
+    """A SQL statement on an eventlog table that :func:`spark_adapter.sql.sql` cannot run:
+    it does not parse, or uses a clause not supported here. Nothing was written. Fields:
+    ``statement`` (its text, up to 500 characters) and ``reason`` (what is unsupported, and
+    where)."""
+
+    statement: str
+    reason: str
+
+    def __init__(self, statement: str, reason: str) -> None:
+        text = " ".join(statement.split())[:500]
+        EventlogError.__init__(
+            self, f"cannot run SQL statement {text[:200]!r}: {reason}", statement=text, reason=reason
+        )

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -27,6 +29,10 @@ def local_session(app_name: str, **config: str) -> Iterator[Any]:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "1g")
     )
+    # The warehouse (catalog tables, spark_adapter.sql's names) in a directory of the run's
+    # own, not the working directory's spark-warehouse.
+    warehouse = tempfile.mkdtemp(prefix="eventlog-warehouse-")
+    builder = builder.config("spark.sql.warehouse.dir", warehouse)
     for key, value in config.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
@@ -35,6 +41,7 @@ def local_session(app_name: str, **config: str) -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+        shutil.rmtree(warehouse, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
