@@ -9,6 +9,9 @@ sessions (same jobs, same task counts) and use DataFrame-only equivalents on Con
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import decimal
+import math
 import re
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
@@ -16,6 +19,8 @@ from typing import Any, cast
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
+
+from eventlog import expr as ex
 
 __all__ = [
     "connect_alias",
@@ -98,14 +103,74 @@ def connect_alias(df: DataFrame) -> str | None:
 
 
 def connect_column_sql(column: Any) -> str | None:
-    """A Connect Column's client-side expression as text (``(x > 5)``, unresolved: names as
-    written), or None. Callers treat it as a hint: text eventlog cannot parse widens the
-    read set and Spark still evaluates the Column itself."""
+    """SQL text of a Connect Column, rendered from its client-side (unresolved) expression:
+    column references as written, literals, ``SQL`` snippets (``F.expr``), casts, the
+    comparison/boolean/arithmetic operators, ``IS [NOT] NULL``, ``IN`` and plain function
+    calls; None for anything else (callers then treat the condition as opaque: Spark
+    evaluates the Column itself and the scan reads the whole table). On a classic session
+    the analyzer's own SQL is used instead (:func:`spark_adapter.ops.jobs.condition_sql`)."""
     expr = getattr(column, "_expr", None)
-    if expr is None:
+    try:
+        return None if expr is None else _expr_sql(expr)
+    except _NoSql:
         return None
-    text = str(expr)
-    return text or None
+
+
+class _NoSql(Exception):
+    """An expression with no SQL rendering here."""
+
+
+_BINARY = {
+    "==": "=", "<=>": "<=>", "<": "<", "<=": "<=", ">": ">", ">=": ">=", "and": "AND", "or": "OR",
+    "+": "+", "-": "-", "*": "*", "/": "/", "%": "%", "like": "LIKE", "rlike": "RLIKE",
+}  # fmt: skip
+
+
+def _expr_sql(expr: Any) -> str:
+    from pyspark.sql.connect import expressions as E
+
+    if isinstance(expr, E.ColumnReference):
+        return str(expr._unparsed_identifier)
+    if isinstance(expr, E.SQLExpression):
+        return f"({expr._expr})"
+    if isinstance(expr, E.LiteralExpression):
+        return _literal_sql(expr._value, expr._dataType)
+    if isinstance(expr, E.CastExpression):
+        t = expr._data_type
+        return f"CAST({_expr_sql(expr._expr)} AS {t if isinstance(t, str) else t.simpleString()})"
+    if isinstance(expr, E.UnresolvedFunction) and not expr._is_distinct:
+        name, args = str(expr._name), [_expr_sql(a) for a in expr._args]
+        if name in _BINARY and len(args) == 2:
+            return f"({args[0]} {_BINARY[name]} {args[1]})"
+        if name == "not" and len(args) == 1:
+            return f"(NOT {args[0]})"
+        if name == "negative" and len(args) == 1:
+            return f"(- {args[0]})"
+        if name in ("isNull", "isNotNull") and len(args) == 1:
+            return f"({args[0]} IS {'NOT ' if name == 'isNotNull' else ''}NULL)"
+        if name == "in" and len(args) >= 2:
+            return f"({args[0]} IN ({', '.join(args[1:])}))"
+        if name.replace("_", "").isalnum():
+            return f"{name}({', '.join(args)})"
+    raise _NoSql(type(expr).__name__)
+
+
+def _literal_sql(value: Any, data_type: Any) -> str:
+    """A literal as eventlog's SQL renders it (Connect keeps dates as days and timestamps
+    as microseconds since the epoch, typed by ``data_type``)."""
+    from pyspark.sql import types as T
+
+    if value is None:
+        return "NULL"
+    if isinstance(data_type, T.DateType) and isinstance(value, int):
+        value = dt.date(1970, 1, 1) + dt.timedelta(days=value)
+    elif isinstance(data_type, T.TimestampType | T.TimestampNTZType) and isinstance(value, int):
+        value = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _NoSql(repr(value))
+    if not isinstance(value, bool | int | float | decimal.Decimal | str | dt.date):
+        raise _NoSql(type(value).__name__)
+    return ex.to_sql(ex.Literal(value))
 
 
 def is_connect_column(column: Any) -> bool:

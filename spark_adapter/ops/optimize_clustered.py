@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
 
 from eventlog import expr as ex
 from eventlog.log.actions import AddFile
@@ -46,6 +49,7 @@ from spark_adapter.ops.jobs import (
     stage_adds,
 )
 from spark_adapter.ops.optimize import compact_task, live_rows
+from spark_adapter.session import default_parallelism, is_connect, spread
 
 __all__ = ["curve_values", "plan_optimize_clustered", "rank_boundaries"]
 
@@ -100,15 +104,23 @@ def _cluster_one(
 def _cluster_shuffled(
     spark: SparkSession, ctx: JobContext, files: Sequence[AddFile], columns: Sequence[str], groups: int
 ) -> list[AddFile]:
-    """``groups`` output groups along the curve: sample, route (shuffle), sort and write."""
-    sc = spark.sparkContext
+    """``groups`` output groups along the curve: sample, route (shuffle), sort and write.
+
+    On a classic session the jobs are RDD jobs (one task per group, by an identity
+    partitioner); on Spark Connect, which has no RDDs, DataFrame jobs with the same tasks:
+    ``mapInArrow`` over the spread file records, and a repartition on the group number, whose
+    tasks write each group they receive separately (a hash may send two groups to one task)."""
+    connect = is_connect(spark)
     records = [(i, orjson.dumps(f.to_json()).decode()) for i, f in enumerate(files)]
-    slices = max(1, min(len(records), 2 * int(sc.defaultParallelism)))
+    slices = max(1, min(len(records), 2 * default_parallelism(spark)))
     per_file = max(16, math.ceil(SAMPLE_ROWS / len(files)))
-    sampled = sc.parallelize(records, slices).mapPartitions(
-        functools.partial(_sample_task, ctx, list(columns), per_file)
-    )
-    sample = pa.concat_tables([_from_ipc(b) for b in sampled.collect()])
+    sample_task = functools.partial(_sample_task, ctx, list(columns), per_file)
+    if connect:
+        frame = spread(spark, records, _RECORDS, slices).mapInArrow(_arrow_task(sample_task, _BLOB), _BLOB)
+        blobs: list[bytes] = [bytes(r.data) for r in frame.collect()]
+    else:
+        blobs = spark.sparkContext.parallelize(records, slices).mapPartitions(sample_task).collect()
+    sample = pa.concat_tables([_from_ipc(b) for b in blobs])
     bits = max(1, min(MAX_BITS, 63 // len(columns)))
     bounds = {c: rank_boundaries(sample.column(c), 2**bits - 1) for c in columns}
     z = np.sort(curve_values(sample, columns, bounds, bits))
@@ -116,8 +128,20 @@ def _cluster_shuffled(
     at = [len(z) * i // groups for i in range(1, groups)] if len(z) else []
     cuts = np.unique(z[at]) if at else np.zeros(0, np.uint64)
     route = functools.partial(_route_task, ctx, list(columns), bounds, bits, cuts)
-    shuffled = sc.parallelize(records, slices).mapPartitions(route).partitionBy(len(cuts) + 1, _group_of)
-    written = shuffled.mapPartitions(functools.partial(_write_group_task, ctx)).collect()
+    write = functools.partial(_write_group_task, ctx)
+    if connect:
+        routed = spread(spark, records, _RECORDS, slices).mapInArrow(_arrow_task(route, _ROUTED), _ROUTED)
+        shuffled = routed.repartition(len(cuts) + 1, "grp")
+        per_group = functools.partial(_write_groups_task, write)
+        written = [
+            str(r.payload) for r in shuffled.mapInArrow(_arrow_task(per_group, _WRITTEN), _WRITTEN).collect()
+        ]
+    else:
+        sc = spark.sparkContext
+        shuffled_rdd = (
+            sc.parallelize(records, slices).mapPartitions(route).partitionBy(len(cuts) + 1, _group_of)
+        )
+        written = shuffled_rdd.mapPartitions(write).collect()
     return [AddFile.from_json(orjson.loads(text)) for text in written]
 
 
@@ -171,6 +195,46 @@ def curve_values(
 
 def _group_of(group: int) -> int:
     return group
+
+
+_RECORDS = StructType([StructField("fid", IntegerType()), StructField("payload", StringType())])
+_BLOB = StructType([StructField("data", BinaryType())])
+_ROUTED = StructType([StructField("grp", IntegerType()), StructField("data", BinaryType())])
+_WRITTEN = StructType([StructField("payload", StringType())])
+
+
+def _arrow_task(
+    task: Callable[[Iterator[Any]], Iterator[Any]], out: StructType
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """An RDD-style task (rows as tuples in, values or tuples out) as a ``mapInArrow`` task
+    with the output schema ``out`` (Spark Connect)."""
+    schema = to_arrow_schema(out, timezone="UTC")
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        def rows() -> Iterator[tuple[Any, ...]]:
+            for batch in batches:
+                yield from zip(*(c.to_pylist() for c in batch.columns), strict=True)
+
+        single = len(schema) == 1
+        for item in task(rows()):
+            values = (item,) if single else item
+            yield pa.RecordBatch.from_arrays(
+                [pa.array([v], f.type) for v, f in zip(values, schema, strict=True)], schema=schema
+            )
+
+    return run
+
+
+def _write_groups_task(
+    write: Callable[[Iterator[tuple[int, bytes]]], Iterator[str]], parts: Iterator[tuple[int, bytes]]
+) -> Iterator[str]:
+    """:func:`_write_group_task` for each group of a task's input separately (on Connect, a
+    hash repartition may give one task several groups)."""
+    by_group: dict[int, list[tuple[int, bytes]]] = {}
+    for group, data in parts:
+        by_group.setdefault(group, []).append((group, data))
+    for group in sorted(by_group):
+        yield from write(iter(by_group[group]))
 
 
 def _to_ipc(rows: pa.Table) -> bytes:

@@ -5,12 +5,15 @@ does on the classic session."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import orjson
 import pyarrow as pa
 import pytest
 
@@ -97,10 +100,17 @@ def test_delete_update_match_plain(connect_spark: Any, twins: Twins, props: dict
     plain.update("id > 15", set={"x": "x + 100", "y": "y * 2"})
     assert st.update("id > 15", set={"x": "x + 100", "y": "y * 2"}).version == 5
     _same(plain, other)
-    plain.delete("date = '2024-01-02'")  # whole partition: files removed unread
+    # A Column condition: its SQL is rendered from the Connect expression, so the read
+    # predicate (here partition-only: whole files removed unread) and the recorded
+    # predicate are the plain operation's.
+    plain.delete("(date = '2024-01-02')")
     assert st.delete(F.col("date") == "2024-01-02").version == 6
-    assert _rows(other) == _rows(plain)
+    _same(plain, other)
+    assert _last(other)["operationParameters"]["predicate"] == "[\"(date = '2024-01-02')\"]"
     assert _last(other)["operationMetrics"] == _last(plain)["operationMetrics"]
+    plain.update("(x > 110)", set={"x": "x - 1"})
+    assert st.update(F.col("x") > 110, set={"x": F.col("x") - 1}).version == 7
+    _same(plain, other)
 
 
 @pytest.mark.parametrize("props", [None, DV], ids=["rewrite", "dv"])
@@ -190,3 +200,46 @@ def test_vacuum(connect_spark: Any, tmp_path: Path) -> None:
     assert sorted(deleted) == sorted([str(removed), str(orphan_new)])
     assert all(p.exists() for p in live)
     assert sorted(t.to_arrow().column("id").to_pylist()) == [*range(10), *range(20, 25)]
+
+
+CLUSTER_SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("v", pa.string())])
+
+
+def _unclustered_batch(seed: int, n: int = 200) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    ids = rng.permutation(10_000)[:n].astype(np.int64) + seed * 10_000
+    keys = rng.integers(0, 1_000, n).astype(np.int64)
+    return pa.table({"id": ids, "k": keys, "v": [f"v{i % 7}" for i in ids]}, schema=CLUSTER_SCHEMA)
+
+
+@pytest.mark.parametrize("target", [None, "6000"], ids=["one-group", "shuffled"])
+def test_clustered_optimize(connect_spark: Any, tmp_path: Path, target: str | None) -> None:
+    """Clustering OPTIMIZE: one group (one task, the engine's order) and several groups (the
+    sampled, shuffled plan: DataFrame jobs on Connect)."""
+    props = {"delta.targetFileSize": target} if target else None
+    tables = []
+    for name in ("plain", "spark"):
+        t = Table.create(str(tmp_path / name), CLUSTER_SCHEMA, properties=props, cluster_by=["k"])
+        for seed in range(8):
+            t.append(_unclustered_batch(seed))
+        tables.append(t)
+    plain, other = tables
+    plain.optimize()
+    result = EventlogTable.forPath(connect_spark, other.uri).optimize().executeCompaction()
+    assert result.version == plain.refresh().version == 9
+    assert result.metrics["numRemovedFiles"] == "8"
+    assert _last(other)["operation"] == _last(plain)["operation"] == "OPTIMIZE"
+    assert _last(other)["operationParameters"] == _last(plain)["operationParameters"]
+    key = sorted(plain.to_arrow().to_pylist(), key=lambda r: r["id"])
+    assert sorted(other.to_arrow().to_pylist(), key=lambda r: r["id"]) == key
+    files = other.refresh().add_files
+    assert {f.clustering_provider for f in files} == {"liquid"}
+    if target is None:
+        assert len(files) == 1
+        return
+    assert len(files) >= 3
+    ranges = sorted(
+        (orjson.loads(f.stats or "{}")["minValues"]["k"], orjson.loads(f.stats or "{}")["maxValues"]["k"])
+        for f in files
+    )
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(ranges))  # clustered along k
