@@ -215,29 +215,23 @@ class _Parser:
             return TableName(path=parts[1][0])
         return TableName(name=".".join(p for p, _ in parts))
 
-    def integer(self, what: str) -> int:
+    def _literal(self, kind: TokenType, what: str, shape: str) -> str:
+        """The text of the next token, which must be of ``kind`` (``shape`` describes it)."""
         tok = self._peek()
-        if tok is None or tok.token_type != TokenType.NUMBER or not tok.text.isdigit():
-            self.fail(f"expected {what} (a whole number)")
+        if tok is None or tok.token_type != kind or (shape == "a whole number" and not tok.text.isdigit()):
+            self.fail(f"expected {what} ({shape})")
         assert tok is not None
         self.i += 1
-        return int(tok.text)
+        return str(tok.text)
+
+    def integer(self, what: str) -> int:
+        return int(self._literal(TokenType.NUMBER, what, "a whole number"))
 
     def number(self, what: str) -> float:
-        tok = self._peek()
-        if tok is None or tok.token_type != TokenType.NUMBER:
-            self.fail(f"expected {what} (a number)")
-        assert tok is not None
-        self.i += 1
-        return float(tok.text)
+        return float(self._literal(TokenType.NUMBER, what, "a number"))
 
     def string(self, what: str) -> str:
-        tok = self._peek()
-        if tok is None or tok.token_type != TokenType.STRING:
-            self.fail(f"expected {what} (a quoted string)")
-        assert tok is not None
-        self.i += 1
-        return tok.text
+        return self._literal(TokenType.STRING, what, "a quoted string")
 
     def name(self, what: str) -> str:
         tok = self._peek()
