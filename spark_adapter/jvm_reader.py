@@ -43,6 +43,7 @@ from pyspark.sql import types as T
 
 from eventlog.log.actions import AddFile
 from spark_adapter.native_dv import dv_words
+from spark_adapter.session import is_connect
 
 __all__ = ["DV_READER_CONF", "FORMAT", "SUPPORTED", "dv_options", "read", "supports", "usable"]
 
@@ -76,7 +77,12 @@ def supports(schema: T.StructType) -> bool:
 
 
 def usable(spark: SparkSession) -> bool:
-    """Is the reader's class available in ``spark``'s application (compiled and added once)?"""
+    """Is the reader's class available in ``spark``'s application (compiled and added once)?
+    Never on Spark Connect: the jar is built on this machine for the driver's JVM, which a
+    Connect client does not share (native reads are off there anyway, see
+    :func:`spark_adapter.native.native_target`)."""
+    if is_connect(spark):
+        return False
     if str(spark.conf.get(DV_READER_CONF, "jvm")).strip().lower() != "jvm":
         return False
     app = str(spark.sparkContext.applicationId)

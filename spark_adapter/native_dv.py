@@ -29,6 +29,7 @@ import numpy as np
 from pyspark import SparkContext
 from pyspark.sql import Column
 from pyspark.sql import functions as F
+from pyspark.sql.utils import is_remote
 
 from eventlog.errors import InvalidInputError
 from eventlog.files.deletion_vectors import read_deletion_vector
@@ -132,7 +133,11 @@ def _words_literal(words: np.ndarray) -> Column:
 
 
 def _gateway_jvm() -> Any:
-    """The py4j view of the driver JVM, or None (Spark Connect, no session)."""
+    """The py4j view of the driver JVM, or None (Spark Connect, no session). In a Spark
+    Connect client process (``is_remote()``: ``pyspark.sql.functions`` builds Connect
+    columns) a classic JVM of the same process must not be used for the literal."""
+    if is_remote():
+        return None
     return SparkContext._jvm
 
 

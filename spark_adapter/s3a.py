@@ -43,6 +43,7 @@ from urllib.parse import urlparse
 from pyspark.sql import SparkSession
 
 from eventlog.log.location import TableLocation
+from spark_adapter.session import is_connect
 
 __all__ = [
     "IGNORED",
@@ -272,7 +273,10 @@ _available: dict[str, bool] = {}  # Spark application id -> S3A and the SDK load
 
 def s3a_available(spark: SparkSession) -> bool:
     """Can the driver JVM load S3A (``hadoop-aws``) and the AWS SDK's S3 client? Checked
-    once per Spark application."""
+    once per Spark application. False on Spark Connect, whose client cannot ask the JVM
+    (native reads are off there, see :func:`spark_adapter.native.native_target`)."""
+    if is_connect(spark):
+        return False
     app = str(spark.sparkContext.applicationId)
     with _lock:
         if app not in _available:

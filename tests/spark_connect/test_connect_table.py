@@ -80,11 +80,24 @@ def _has_dv(t: Table) -> bool:
     return any(a.deletion_vector is not None for a in add_files(t.refresh().select_files(None)[1]))
 
 
-def test_session_is_connect(connect_spark: Any) -> None:
-    from spark_adapter.session import default_parallelism, is_connect
+def test_session_helpers_on_connect(connect_spark: Any) -> None:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+    from spark_adapter.session import default_parallelism, is_connect, job_description, spread
 
     assert is_connect(connect_spark)
     assert default_parallelism(connect_spark) == 2  # local[2]
+    schema = StructType([StructField("fid", IntegerType()), StructField("payload", StringType())])
+    records = [(i, str(i)) for i in range(7)]
+    # One record per task, as sparkContext.parallelize(records, len(records)) gives.
+    df = spread(connect_spark, records, schema, len(records))
+    parts = df.select("fid", F.spark_partition_id().alias("p")).collect()
+    assert sorted(r.fid for r in parts) == list(range(7))
+    assert sorted(r.p for r in parts) == list(range(7))
+    with job_description(connect_spark, "eventlog DELETE /tmp/x, y"):
+        assert connect_spark.getTags() == {"eventlog_DELETE_/tmp/x_y"}
+    assert connect_spark.getTags() == set()
 
 
 @pytest.mark.parametrize("props", [None, DV], ids=["rewrite", "dv"])
