@@ -34,7 +34,7 @@ table API raises (``ConcurrentAppendException``, ``ConstraintViolationError``...
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import sqlglot
@@ -48,7 +48,7 @@ from spark_adapter.sql import ddl, dml
 from spark_adapter.sql.grammar import parse_maintenance
 from spark_adapter.sql.names import Catalog, table_name
 
-__all__ = ["install", "sql", "uninstall"]
+__all__ = ["install", "refresh", "sql", "uninstall"]
 
 _ORIGINAL = "_eventlog_original_sql"
 
@@ -75,14 +75,16 @@ def _typed_errors() -> Iterator[None]:
 
 
 def _run(spark: SparkSession, statement: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> DataFrame:
-    passthrough = getattr(spark, _ORIGINAL, None) or spark.sql
+    passthrough = _spark_sql(spark)
     catalog = Catalog(spark)
     ours = parse_maintenance(statement)
     if ours is not None:
         if catalog.resolve(ours.table) is None:
             return passthrough(statement, *args, **kwargs)  # a Delta or other table: Spark's
         _no_parameters(statement, args, kwargs)
-        return ddl.maintenance(spark, catalog, ours, statement)
+        out = ddl.maintenance(spark, catalog, ours, statement)
+        _refresh_names(spark, catalog, [ours.table.name])
+        return out
     try:
         trees = sqlglot.parse(statement, dialect="spark", error_level=sqlglot.ErrorLevel.RAISE)
     except ParseError:
@@ -93,25 +95,38 @@ def _run(spark: SparkSession, statement: str, args: tuple[Any, ...], kwargs: dic
     if not _touches_ours(catalog, tree):
         return passthrough(statement, *args, **kwargs)
     _no_parameters(statement, args, kwargs)
-    if isinstance(tree, exp.Insert):
-        return dml.insert(spark, catalog, tree, statement)
-    if isinstance(tree, exp.Delete):
-        return dml.delete(spark, catalog, tree, statement)
-    if isinstance(tree, exp.Update):
-        return dml.update(spark, catalog, tree, statement)
-    if isinstance(tree, exp.Merge):
-        return dml.merge(spark, catalog, tree, statement)
-    if isinstance(tree, exp.Create):
-        return ddl.create(spark, catalog, tree, statement)
-    if isinstance(tree, exp.Alter):
-        return ddl.alter(spark, catalog, tree, statement)
-    if isinstance(tree, exp.Drop) and str(tree.args.get("kind", "")).upper() == "TABLE":
-        return ddl.drop_table(spark, catalog, tree, statement)
     if isinstance(tree, exp.Query):
-        return dml.select(spark, catalog, cast(exp.Expression, tree), statement)
-    raise UnsupportedStatementError(
-        statement, f"{tree.key.upper()} statements are not supported on eventlog tables"
-    )
+        return dml.select(spark, catalog, tree, statement)
+    if isinstance(tree, (exp.Create, exp.Alter, exp.Drop)):
+        return _definition(spark, catalog, tree, statement)
+    if isinstance(tree, exp.Insert):
+        out = dml.insert(spark, catalog, tree, statement)
+    elif isinstance(tree, exp.Delete):
+        out = dml.delete(spark, catalog, tree, statement)
+    elif isinstance(tree, exp.Update):
+        out = dml.update(spark, catalog, tree, statement)
+    elif isinstance(tree, exp.Merge):
+        out = dml.merge(spark, catalog, tree, statement)
+    else:
+        raise UnsupportedStatementError(
+            statement, f"{tree.key.upper()} statements are not supported on eventlog tables"
+        )
+    _refresh_names(spark, catalog, [table_name(t).name for t in tree.find_all(exp.Table) if t.name])
+    return out
+
+
+def _refresh_names(spark: SparkSession, catalog: Catalog, names: list[str | None]) -> None:
+    """The views of the registered names a statement wrote to show its commit."""
+    for name in dict.fromkeys(n for n in names if n is not None):
+        location = catalog.location(name)
+        if location is not None:
+            catalog.refresh_view(name, location, _spark_sql(spark))
+
+
+def _spark_sql(spark: SparkSession) -> Callable[..., DataFrame]:
+    """Spark's own ``spark.sql`` (also when :func:`install` replaced it)."""
+    original: Callable[..., DataFrame] | None = getattr(spark, _ORIGINAL, None)
+    return original or spark.sql
 
 
 def _touches_ours(catalog: Catalog, tree: exp.Expression) -> bool:
@@ -127,18 +142,48 @@ def _touches_ours(catalog: Catalog, tree: exp.Expression) -> bool:
     return any(catalog.resolve(table_name(t)) is not None for t in tree.find_all(exp.Table) if t.name)
 
 
+def _definition(spark: SparkSession, catalog: Catalog, tree: exp.Expression, statement: str) -> DataFrame:
+    """CREATE, ALTER and DROP TABLE; then the name's view follows the table (its columns)."""
+    target = tree.this if not isinstance(tree, exp.Drop) else (tree.args.get("tables") or [None])[0]
+    if isinstance(target, exp.Schema):
+        target = target.this
+    if isinstance(tree, exp.Create):
+        out = ddl.create(spark, catalog, tree, statement)
+    elif isinstance(tree, exp.Alter):
+        out = ddl.alter(spark, catalog, tree, statement)
+    elif isinstance(tree, exp.Drop) and str(tree.args.get("kind", "")).upper() == "TABLE":
+        out = ddl.drop_table(spark, catalog, tree, statement)
+    else:
+        raise UnsupportedStatementError(statement, f"DROP {tree.args.get('kind')} is not supported")
+    name = table_name(target).name if isinstance(target, exp.Table) else None
+    if name is not None:
+        catalog.refresh_view(name, catalog.location(name), _spark_sql(spark))
+    return out
+
+
 def _no_parameters(statement: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     if args or kwargs:
         raise UnsupportedStatementError(statement, "parameter markers are not supported on eventlog tables")
 
 
 def install(spark: SparkSession) -> None:
-    """Make :func:`sql` the session's ``spark.sql`` (``uninstall`` restores Spark's)."""
+    """Make :func:`sql` the session's ``spark.sql`` (``uninstall`` restores Spark's), and
+    give each registered table name of the current database a temporary view, so that code
+    that calls Spark's SQL directly reads the tables by name too."""
     if getattr(spark, _ORIGINAL, None) is not None:
         return
     original = spark.sql
     object.__setattr__(spark, _ORIGINAL, original)
     object.__setattr__(spark, "sql", lambda statement, *a, **k: sql(spark, statement, *a, **k))
+    refresh(spark)
+
+
+def refresh(spark: SparkSession) -> None:
+    """Refresh the temporary view of every registered table name of the current database
+    (plain ``spark.sql`` then reads each table's latest version by its name)."""
+    catalog = Catalog(spark)
+    for view, location in catalog.views().items():
+        catalog.refresh_view(view, location, _spark_sql(spark))
 
 
 def uninstall(spark: SparkSession) -> None:

@@ -110,6 +110,29 @@ class Catalog:
         assert name.name is not None
         return self.location(name.name)
 
+    def views(self) -> dict[str, str]:
+        """{temporary view name: location} for the names of the current database."""
+        database = str(self.spark.catalog.currentDatabase()).lower()
+        return {
+            key.split(".", 1)[1]: location
+            for key, location in self.names().items()
+            if key.split(".", 1)[0] == database
+        }
+
+    def refresh_view(self, name: str, location: str | None, run_sql: Any) -> None:
+        """Keep the temporary view ``name`` (its last part) over the table at ``location``
+        (dropped when None), so that plain ``spark.sql`` reads the table by its name too;
+        ``run_sql`` is Spark's own ``spark.sql``. Spark plans a data source view's files once
+        and keeps that plan, so the view shows the version of its last refresh: every
+        statement :func:`spark_adapter.sql.sql` runs on the name refreshes it, and
+        :func:`spark_adapter.sql.refresh` refreshes them all."""
+        view = name.split(".")[-1]
+        if location is None:
+            self.spark.catalog.dropTempView(view)
+            return
+        quoted = location.replace("'", "\\'")
+        run_sql(f"CREATE OR REPLACE TEMPORARY VIEW `{view}` USING eventlog OPTIONS (path '{quoted}')")
+
     def require(self, name: TableName, statement: str) -> str:
         location = self.resolve(name)
         if location is None:

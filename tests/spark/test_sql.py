@@ -7,12 +7,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from eventlog import ConstraintViolationError, Table
 from eventlog.errors import TableAlreadyExistsError
 from spark_adapter.errors import UnsupportedStatementError
-from spark_adapter.sql import install, sql, uninstall
+from spark_adapter.sql import install, refresh, sql, uninstall
 from spark_adapter.sql.grammar import parse_maintenance
 from tests.conftest import SCHEMA, rows
 
@@ -233,3 +234,22 @@ def test_a_statement_that_cannot_run_writes_nothing(spark: Any, table: Table) ->
     with pytest.raises(UnsupportedStatementError):
         sql(spark, f"UPDATE eventlog.`{table.uri}` SET x = 1 FROM other")
     assert table.version == version
+
+
+def test_plain_spark_sql_reads_a_name_through_a_view_that_stays_current(spark: Any, tmp_path: Path) -> None:
+    name = f"tracked_{uuid.uuid4().hex[:8]}"
+    loc = str(tmp_path / "named")
+    sql(spark, f"CREATE TABLE {name} (id BIGINT) USING eventlog LOCATION '{loc}'")
+    sql(spark, f"INSERT INTO {name} VALUES (1), (2)")
+    original = spark.sql  # Spark's own: not installed here
+    assert original(f"SELECT count(*) FROM {name}").first()[0] == 2
+    Table.open(loc).append(pa.table({"id": [3]}))  # a write outside SQL: seen after a refresh
+    refresh(spark)
+    assert original(f"SELECT count(*) FROM {name}").first()[0] == 3
+    sql(spark, f"DELETE FROM {name} WHERE id = 3")  # a statement on the name refreshes its view
+    assert original(f"SELECT count(*) FROM {name}").first()[0] == 2
+    sql(spark, f"ALTER TABLE {name} ADD COLUMNS (note STRING)")  # the view takes the new column
+    sql(spark, f"INSERT INTO {name} VALUES (4, 'x')")
+    assert _rows(original(f"SELECT id, note FROM {name} WHERE note IS NOT NULL")) == [(4, "x")]
+    sql(spark, f"DROP TABLE {name}")
+    assert name not in [t.name for t in spark.catalog.listTables()]
