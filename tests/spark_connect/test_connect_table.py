@@ -256,3 +256,48 @@ def test_clustered_optimize(connect_spark: Any, tmp_path: Path, target: str | No
         for f in files
     )
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(ranges))  # clustered along k
+
+
+def test_merge_with_column_condition_and_values(connect_spark: Any, twins: Twins) -> None:
+    """Column conditions and SET values (Connect expressions), the source alias read from the
+    Connect plan."""
+    from pyspark.sql import functions as F
+
+    plain, other = twins(DV)
+    data = [(2, "2024-01-01", 200, 2.5), (12, "2024-01-02", 1200, 12.5), (300, "2024-01-04", 3, 3.0)]
+    arrow = pa.Table.from_pylist([dict(zip(SCHEMA.names, r, strict=True)) for r in data], schema=SCHEMA)
+    plain.merge(arrow, "(t.id = s.id)", source_alias="s", target_alias="t").when_matched_update(
+        set={"x": "s.x + 1"}
+    ).when_not_matched_insert_all().execute()
+    src = connect_spark.createDataFrame(data, SOURCE_DDL).alias("s")
+    (
+        EventlogTable.forPath(connect_spark, other.uri)
+        .alias("t")
+        .merge(src, F.col("t.id") == F.col("s.id"))
+        .whenMatchedUpdate(set={"x": F.col("s.x") + 1})
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+    _same(plain, other)
+    assert _has_dv(other)
+
+
+def test_change_feed_read(connect_spark: Any, tmp_path: Path) -> None:
+    t = Table.create(str(tmp_path / "t"), SCHEMA, properties={"delta.enableChangeDataFeed": "true"})
+    t.append(rows([1, 2, 3]))
+    EventlogTable.forPath(connect_spark, t.uri).update("id = 2", set={"x": "20"})
+    EventlogTable.forPath(connect_spark, t.uri).delete("id = 3")
+    df = connect_spark.read.format("eventlog").option("readChangeFeed", "true").option("startingVersion", 1)
+    got = sorted((r.id, r.x, r._change_type, r._commit_version) for r in df.load(t.uri).collect())
+    expected = sorted(
+        (r["id"], r["x"], r["_change_type"], r["_commit_version"]) for r in t.changes(1).to_pylist()
+    )
+    assert got == expected
+    assert got == [
+        (1, 1, "insert", 1),
+        (2, 2, "insert", 1),
+        (2, 2, "update_preimage", 2),
+        (2, 20, "update_postimage", 2),
+        (3, 3, "delete", 3),
+        (3, 3, "insert", 1),
+    ]
