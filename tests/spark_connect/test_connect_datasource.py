@@ -16,7 +16,8 @@ from spark_adapter.native import native_target
 from spark_adapter.table import EventlogTable
 from tests.conftest import SCHEMA, rows
 
-pytestmark = pytest.mark.spark
+# 300 s: the first test also waits for the Connect server to start.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 DDL = "id BIGINT, date STRING, x BIGINT, y DOUBLE"
 

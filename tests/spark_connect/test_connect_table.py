@@ -23,7 +23,8 @@ from eventlog.ops.vacuum import RETENTION_CHECK_CONF
 from spark_adapter.table import EventlogTable
 from tests.conftest import SCHEMA, rows
 
-pytestmark = pytest.mark.spark
+# 300 s: the first test also waits for the Connect server to start.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 SOURCE_DDL = "id BIGINT, date STRING, x BIGINT, y DOUBLE"
 DV = {"delta.enableDeletionVectors": "true"}
