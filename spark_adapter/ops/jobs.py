@@ -167,7 +167,7 @@ def condition_sql(spark: SparkSession, schema: StructType, condition: str | Colu
     """SQL text of a condition: the string itself, or a Column's analyzed SQL (None if unknown)."""
     if condition is None or isinstance(condition, str):
         return condition
-    if is_connect(spark):  # no analyzed plan on this side: the Column's own text
+    if is_connect(spark):  # no analyzed plan on this side: SQL rendered from the Connect expression
         return connect_column_sql(condition)
     try:
         # Resolving against an empty DataFrame of the table's schema yields Catalyst's SQL
