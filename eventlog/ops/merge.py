@@ -85,6 +85,7 @@ class _MergeClauses:
         self.on = self.scope.parse_on(on)
         self.matched: list[MergeClause[str]] = []
         self.not_matched: list[MergeClause[str]] = []
+        self.by_source: list[MergeClause[str]] = []
         self._out: PlanBuilder = txn  # the plan being built (set by plan_merge)
 
     # ------------------------------------------------------------------ clauses
@@ -117,6 +118,21 @@ class _MergeClauses:
         self.not_matched.append(self.scope.resolve(ClauseSpec[str].insert_all(condition)))
         return self
 
+    def when_not_matched_by_source_update(
+        self, condition: str | None = None, set: Mapping[str, str] | None = None
+    ) -> Self:
+        """WHEN NOT MATCHED BY SOURCE [AND condition] THEN UPDATE SET ...: target rows no
+        source row matches; ``condition`` and ``set`` read target columns only."""
+        spec = ClauseSpec.update(condition, set, method="when_not_matched_by_source_update")
+        check_not_assigned(self.target_schema, (set or {}).keys(), "MERGE")
+        self.by_source.append(self.scope.resolve_by_source(spec))
+        return self
+
+    def when_not_matched_by_source_delete(self, condition: str | None = None) -> Self:
+        """WHEN NOT MATCHED BY SOURCE [AND condition] THEN DELETE."""
+        self.by_source.append(self.scope.resolve_by_source(ClauseSpec[str].delete(condition)))
+        return self
+
     # ------------------------------------------------------------------ execution
 
     def _resolve(self, col: ex.Column) -> str:
@@ -126,7 +142,9 @@ class _MergeClauses:
         """The MERGE's plan: its reads (the target predicate), the files it writes and the
         rows it removes, built on ``plan`` (which the planning steps below write to)."""
         self._out = plan
-        merge = begin_merge(plan, self.scope, self.on_sql, self.on, self.matched, self.not_matched)
+        merge = begin_merge(
+            plan, self.scope, self.on_sql, self.on, self.matched, self.not_matched, self.by_source
+        )
         files = plan.scan(merge.target_predicate)
         plan.add_metrics(**self._plan(files, merge))
         return plan.build()
@@ -136,8 +154,9 @@ class _MergeClauses:
         schema = self.target_schema
         target_pred = merge.target_predicate
         target = self._read_target(files, target_pred)
-        if target_pred is not None and target.num_rows:
-            eligible = target.filter(ex.evaluate_mask(target_pred, target))
+        join_filter = merge.join_filter  # the target rows that may match
+        if join_filter is not None and target.num_rows:
+            eligible = target.filter(ex.evaluate_mask(join_filter, target))
         else:
             eligible = target
         source = self.source.append_column(_SRC, pa.array(np.arange(self.source.num_rows, dtype=np.int64)))
@@ -148,6 +167,9 @@ class _MergeClauses:
             joined = joined.filter(keep)
         matched_sources = set(joined.column(f"{self.source_alias}.{_SRC}").to_pylist())
         updates, deletes = self._apply_matched(joined, merge)
+        by_source = (0, 0)
+        if merge.not_matched_by_source:
+            updates, deletes, by_source = self._apply_by_source(target, joined, updates, deletes, merge)
         inserted = self._insert(source, matched_sources, merge)
         touched_ids = (
             set(updates.column(f"{self.target_alias}.{_FILE}").to_pylist()) if updates.num_rows else set()
@@ -185,6 +207,8 @@ class _MergeClauses:
             deleted=sum(len(v) for v in deletes.values()),
             inserted=inserted.num_rows if inserted is not None else 0,
             source_rows=self.source.num_rows,
+            by_source_updated=by_source[0],
+            by_source_deleted=by_source[1],
         )
 
     def _record_deletes(self, deletes: dict[int, set[int]]) -> None:
@@ -202,7 +226,7 @@ class _MergeClauses:
     def _needed_columns(self) -> list[str]:
         """The target columns the join, the ON condition and the clauses read (schema order)."""
         exprs: list[ex.Expr] = [self.on]
-        for clause in (*self.matched, *self.not_matched):
+        for clause in (*self.matched, *self.not_matched, *self.by_source):
             if clause.predicate is not None:
                 exprs.append(clause.predicate)
             exprs.extend(clause.assignments.values())
@@ -315,6 +339,53 @@ class _MergeClauses:
                 new = new.append_column(f"{t}.{_ROW}", rows[f"{t}.{_ROW}"])
                 updated.append(new)
         return (pa.concat_tables(updated) if updated else empty_updates), deletes
+
+    def _apply_by_source(
+        self,
+        target: pa.Table,
+        joined: pa.Table,
+        updates: pa.Table,
+        deletes: dict[int, set[int]],
+        merge: MergePlan[str],
+    ) -> tuple[pa.Table, dict[int, set[int]], tuple[int, int]]:
+        """WHEN NOT MATCHED BY SOURCE: the target rows no source row matched (every live row
+        was read) go to the first clause whose condition holds. Returns the updates and
+        deletes with theirs added, and (rows updated, rows deleted) by these clauses."""
+        t = self.target_alias
+        matched = np.zeros(0, dtype=np.int64)
+        if joined.num_rows:
+            matched = np.unique(
+                joined[f"{t}.{_FILE}"].to_numpy().astype(np.int64) * (1 << 32)
+                + joined[f"{t}.{_ROW}"].to_numpy().astype(np.int64)
+            )
+        ids = target[_FILE].to_numpy().astype(np.int64) * (1 << 32) + target[_ROW].to_numpy().astype(np.int64)
+        alone = target.filter(pa.array(~np.isin(ids, matched)))
+        if not alone.num_rows:
+            return updates, deletes, (0, 0)
+        full = self._full_rows(alone[_FILE], alone[_ROW])
+        env = pa.table({f"{t}.{n}": full[n] for n in full.column_names})
+        env = env.append_column(f"{t}.{_FILE}", alone[_FILE]).append_column(f"{t}.{_ROW}", alone[_ROW])
+        new_updates: list[pa.Table] = []
+        counts = [0, 0]
+        for clause, rows in self._rows_per_clause(merge.not_matched_by_source, env):
+            fids, positions = rows[f"{t}.{_FILE}"].to_pylist(), rows[f"{t}.{_ROW}"].to_pylist()
+            if clause.kind == "delete":
+                for fid, rid in zip(fids, positions, strict=True):
+                    deletes.setdefault(fid, set()).add(rid)
+                counts[1] += rows.num_rows
+                continue
+            old = pa.table({n: rows[f"{t}.{n}"] for n in self.target_schema.names})
+            self._out.record_changes(UPDATE_PREIMAGE, old)  # change data: old images
+            new = apply_assignments(
+                old, None, clause.assignments, self.target_schema, source=rows, resolve=self._resolve
+            )
+            new = new.append_column(f"{t}.{_FILE}", rows[f"{t}.{_FILE}"])
+            new_updates.append(new.append_column(f"{t}.{_ROW}", rows[f"{t}.{_ROW}"]))
+            counts[0] += rows.num_rows
+        if new_updates:
+            parts = ([updates] if updates.num_rows else []) + new_updates
+            updates = pa.concat_tables(parts)
+        return updates, deletes, (counts[0], counts[1])
 
     def _insert(self, source: pa.Table, matched: set[int], merge: MergePlan[str]) -> pa.Table | None:
         if not merge.not_matched:

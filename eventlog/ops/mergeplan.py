@@ -144,31 +144,49 @@ def choose_clause(
     return None
 
 
-def require_clauses(matched: Sequence[object], not_matched: Sequence[object]) -> None:
-    if not matched and not not_matched:
+def require_clauses(*clauses: Sequence[object]) -> None:
+    if not any(clauses):
         raise InvalidInputError("MERGE needs at least one WHEN clause")
 
 
 def merge_parameters(
-    on_sql: str | None, matched: Sequence[MergeClause[Any]], not_matched: Sequence[MergeClause[Any]]
+    on_sql: str | None,
+    matched: Sequence[MergeClause[Any]],
+    not_matched: Sequence[MergeClause[Any]],
+    by_source: Sequence[MergeClause[Any]] = (),
 ) -> dict[str, Any]:
     """commitInfo's ``operationParameters`` of a MERGE (Delta's names)."""
-    return {
+    params = {
         "predicate": on_sql,
         "matchedPredicates": [{"actionType": c.kind, "predicate": c.condition_sql} for c in matched],
         "notMatchedPredicates": [{"actionType": c.kind, "predicate": c.condition_sql} for c in not_matched],
     }
+    if by_source:
+        params["notMatchedBySourcePredicates"] = [
+            {"actionType": c.kind, "predicate": c.condition_sql} for c in by_source
+        ]
+    return params
 
 
 def merge_metrics(
-    *, files_removed: int, updated: int, deleted: int, inserted: int, source_rows: int
+    *,
+    files_removed: int,
+    updated: int,
+    deleted: int,
+    inserted: int,
+    source_rows: int,
+    by_source_updated: int = 0,
+    by_source_deleted: int = 0,
 ) -> dict[str, int]:
-    """commitInfo's ``operationMetrics`` of a MERGE (Delta's names)."""
+    """commitInfo's ``operationMetrics`` of a MERGE (Delta's names); ``updated`` and
+    ``deleted`` include the rows WHEN NOT MATCHED BY SOURCE clauses changed."""
     return {
         "numTargetFilesRemoved": files_removed,
         "numTargetRowsUpdated": updated,
         "numTargetRowsDeleted": deleted,
         "numTargetRowsInserted": inserted,
+        "numTargetRowsNotMatchedBySourceUpdated": by_source_updated,
+        "numTargetRowsNotMatchedBySourceDeleted": by_source_deleted,
         "numSourceRows": source_rows,
     }
 
@@ -213,10 +231,19 @@ class MergePlan(Generic[V]):
     target_predicate: ex.Expr | None  # the target-only conjuncts, unqualified: the read set
     matched: tuple[MergeClause[V], ...]
     not_matched: tuple[MergeClause[V], ...]
+    # WHEN NOT MATCHED BY SOURCE: target rows no source row matches. With these the MERGE
+    # reads the whole target (target_predicate None); ON's target-only conjuncts still
+    # decide which rows can match (join_filter).
+    not_matched_by_source: tuple[MergeClause[V], ...] = ()
 
     @property
     def parameters(self) -> dict[str, Any]:
-        return merge_parameters(self.on_sql, self.matched, self.not_matched)
+        return merge_parameters(self.on_sql, self.matched, self.not_matched, self.not_matched_by_source)
+
+    @property
+    def join_filter(self) -> ex.Expr | None:
+        """The target-only conjuncts of ON, unqualified: the target rows that may match."""
+        return unqualify(ex.conjoin(self.target_only)) if self.target_only else None
 
     @property
     def checks_cardinality(self) -> bool:
@@ -355,9 +382,10 @@ class MergeScope:
         on: ex.Expr | None,
         matched: Sequence[MergeClause[V]],
         not_matched: Sequence[MergeClause[V]],
+        by_source: Sequence[MergeClause[V]] = (),
     ) -> MergePlan[V]:
         """The MERGE's plan; ``on`` is ``on_sql`` parsed (None: the executor evaluates it)."""
-        require_clauses(matched, not_matched)
+        require_clauses(matched, not_matched, by_source)
         keys: list[tuple[str, str]] = []
         target_only: list[ex.Expr] = []
         residual: list[ex.Expr] = []
@@ -371,10 +399,26 @@ class MergeScope:
             tuple(keys),
             tuple(target_only),
             tuple(residual),
-            unqualify(ex.conjoin(target_only)) if target_only else None,
+            unqualify(ex.conjoin(target_only)) if target_only and not by_source else None,
             tuple(matched),
             tuple(not_matched),
+            tuple(by_source),
         )
+
+    def resolve_by_source(self, spec: ClauseSpec[str]) -> MergeClause[str]:
+        """A WHEN NOT MATCHED BY SOURCE clause: an update or delete whose condition and SET
+        values read target columns only (there is no source row)."""
+        clause = self.resolve(spec)
+        used = [clause.predicate, *clause.assignments.values()]
+        for expr in (e for e in used if e is not None):
+            sources = sorted(
+                {c.name for c in ex.referenced_columns(expr) if c.qualifier == self.source_alias}
+            )
+            if sources:
+                raise InvalidInputError(
+                    f"a WHEN NOT MATCHED BY SOURCE clause can only read target columns, not {sources}"
+                )
+        return clause
 
 
 def check_aliases(source_alias: str, target_alias: str) -> None:
@@ -389,15 +433,18 @@ def begin_merge(
     on: ex.Expr | None,
     matched: Sequence[MergeClause[V]],
     not_matched: Sequence[MergeClause[V]],
+    by_source: Sequence[MergeClause[V]] = (),
 ) -> MergePlan[V]:
     """Start a MERGE on ``builder``: name the operation with its parameters, refuse
     append-only tables when rows may change, and plan it (the same steps, in the same
     order, for every executor). The executor then scans ``plan.target_predicate``."""
-    require_clauses(matched, not_matched)
-    builder.set_operation("MERGE", merge_parameters(on_sql, matched, not_matched))
+    require_clauses(matched, not_matched, by_source)
+    builder.set_operation("MERGE", merge_parameters(on_sql, matched, not_matched, by_source))
     if matched:
         check_append_only(builder, "MERGE with WHEN MATCHED")
-    return scope.plan(on_sql, on, matched, not_matched)
+    if by_source:
+        check_append_only(builder, "MERGE with WHEN NOT MATCHED BY SOURCE")
+    return scope.plan(on_sql, on, matched, not_matched, by_source)
 
 
 def unqualify(expr: ex.Expr) -> ex.Expr:

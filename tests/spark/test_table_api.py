@@ -204,6 +204,7 @@ def test_merge_matches_plain(spark: Any, twins: Any) -> None:
     assert _last(other)["operationMetrics"] == {
         "numTargetFilesRemoved": "3", "numTargetRowsUpdated": "3", "numTargetRowsDeleted": "1",
         "numTargetRowsInserted": "1", "numSourceRows": "6",
+        "numTargetRowsNotMatchedBySourceUpdated": "0", "numTargetRowsNotMatchedBySourceDeleted": "0",
     }  # fmt: skip
     assert _unreferenced(other) == set()
 

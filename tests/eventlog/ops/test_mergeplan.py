@@ -235,6 +235,7 @@ def test_commit_info_parameters_and_metrics() -> None:
     assert merge_metrics(files_removed=1, updated=2, deleted=3, inserted=4, source_rows=5) == {
         "numTargetFilesRemoved": 1, "numTargetRowsUpdated": 2, "numTargetRowsDeleted": 3,
         "numTargetRowsInserted": 4, "numSourceRows": 5,
+        "numTargetRowsNotMatchedBySourceUpdated": 0, "numTargetRowsNotMatchedBySourceDeleted": 0,
     }  # fmt: skip
 
 
