@@ -111,7 +111,10 @@ def read_matching_rows(
         needed = list(dict.fromkeys([*columns, *used]))
     rows = read_live_rows(fs, root, files, schema, partition_columns, columns=needed)
     matching = rows.filter(ex.evaluate_mask(predicate, rows))
-    return matching if columns is None else matching.select(list(columns))
+    if columns is None:
+        return matching
+    wanted = set(columns)
+    return matching.select([n for n in schema.names if n in wanted])  # schema order, as every read
 
 
 def read_file_positions(

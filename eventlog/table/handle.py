@@ -56,6 +56,7 @@ from eventlog.table.alter import AlterTable
 from eventlog.table.changes import TableChanges
 from eventlog.table.clustering import ClusteredTable
 from eventlog.table.drop_feature import DropFeature
+from eventlog.table.scan import TableScan
 from eventlog.txn.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from eventlog.txn.transaction import CommitResult
 from eventlog.userinput import (
@@ -65,7 +66,7 @@ from eventlog.userinput import (
 from lockstore import SlotStore
 
 
-class Table(AlterTable, TableChanges, DropFeature, ClusteredTable):
+class Table(AlterTable, TableChanges, TableScan, DropFeature, ClusteredTable):
     """A Delta-compatible table; see the module docstring."""
 
     def __init__(

@@ -1,0 +1,83 @@
+"""Streaming reads of a snapshot: :func:`scan_snapshot` is a ``pyarrow.RecordBatchReader``
+over the live rows, read one data file at a time.
+
+It plans as :func:`eventlog.snapshot.read.read_snapshot_rows` does (the columns checked,
+the SQL filter parsed, files pruned by partition values and skipped by statistics), then
+reads nothing until the reader is iterated. Each file's rows are read with its deletion
+vector applied, the filter pushed into the Parquet scan where it can be, partition columns
+filled in, and column mapping's physical names turned back into the table's; they are
+handed out in batches of at most ``batch_size`` rows. Memory holds one file's matching rows
+at a time, so it grows with the largest file, not with the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import fsspec
+import pyarrow as pa
+
+from eventlog import expr as ex
+from eventlog.errors import InvalidInputError, UnknownColumnError
+from eventlog.files import column_mapping as cm
+from eventlog.files.scan import read_live_rows, read_matching_rows
+from eventlog.log.actions import AddFile
+from eventlog.log.filetable import add_files
+from eventlog.snapshot.projection import Snapshot
+from eventlog.userinput import check_string_list
+
+__all__ = ["DEFAULT_BATCH_ROWS", "scan_snapshot"]
+
+DEFAULT_BATCH_ROWS = 131_072
+"""Rows per batch when the caller gives no ``batch_size`` (pyarrow's dataset default)."""
+
+
+def scan_snapshot(
+    fs: fsspec.AbstractFileSystem,
+    root: str,
+    snapshot: Snapshot,
+    *,
+    filter: str | None = None,
+    columns: Sequence[str] | None = None,
+    batch_size: int | None = None,
+) -> pa.RecordBatchReader:
+    """The live rows of ``snapshot`` where ``filter`` holds, with ``columns`` (default all,
+    in schema order), as a reader that reads one data file at a time (module docstring)."""
+    schema, parts = snapshot.schema, snapshot.partition_columns
+    if columns is not None:
+        columns = check_string_list(columns, "column")
+        for col in columns:
+            if col not in schema.names:
+                raise UnknownColumnError(col, list(schema.names), "columns")
+    if batch_size is not None and (
+        isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+    ):
+        raise InvalidInputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    pred = ex.parse_predicate(filter, schema, context="filter") if filter is not None else None
+    files: Sequence[AddFile]
+    if pred is None:
+        files = snapshot.add_files
+    else:
+        files = add_files(snapshot.select_files(pred)[1])
+    files = sorted(files, key=lambda a: a.path)
+    wanted = set(columns) if columns is not None else None
+    names = [n for n in schema.names if wanted is None or n in wanted]  # schema order, as to_arrow
+    out = cm.strip(pa.schema([schema.field(n) for n in names]))
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for add in files:
+            if pred is None:
+                rows = read_live_rows(fs, root, [add], schema, parts, columns=columns)
+            else:
+                assert filter is not None
+                rows = read_matching_rows(fs, root, [add], schema, parts, pred, filter, columns=columns)
+            if not rows.num_rows:
+                continue
+            if cm.is_mapped(schema):
+                rows = cm.to_logical(rows, cm.strip(rows.schema))
+            rows = rows.select(names)
+            if rows.schema != out:
+                rows = rows.cast(out)
+            yield from rows.to_batches(max_chunksize=batch_size or DEFAULT_BATCH_ROWS)
+
+    return pa.RecordBatchReader.from_batches(out, batches())
