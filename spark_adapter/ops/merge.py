@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from eventlog import Table
-from eventlog.errors import IdentityColumnError
+from eventlog.errors import IdentityColumnError, PredicateError
 from eventlog.files.change_data import CHANGE_TYPE_COLUMN, DELETE, INSERT, UPDATE_POSTIMAGE, UPDATE_PREIMAGE
 from eventlog.files.generated import generated_columns
 from eventlog.files.identity import check_no_explicit_values, check_not_assigned, identity_columns
@@ -72,6 +72,7 @@ from spark_adapter.session import connect_alias, connect_column_sql, is_connect,
 _KIND = "__eventlog_kind"  # U(pdate), D(elete), I(nsert), or null (matched, no clause applies)
 _MATCHED = "__eventlog_matched_clause"
 _INSERT = "__eventlog_insert_clause"
+_BY_SOURCE = "__eventlog_by_source_clause"
 _SRC = "__eventlog_source_row"
 
 Value = str | Column  # a condition or SET value: SQL text or a Spark Column
@@ -135,6 +136,7 @@ class SparkMergeBuilder:
         self._source_alias = dataframe_alias(source) or "source"
         self._matched: list[ClauseSpec[Value]] = []
         self._not_matched: list[ClauseSpec[Value]] = []
+        self._by_source: list[ClauseSpec[Value]] = []
 
     # ------------------------------------------------------------------ clauses
 
@@ -162,6 +164,19 @@ class SparkMergeBuilder:
         self._not_matched.append(ClauseSpec.insert_all(condition))
         return self
 
+    def whenNotMatchedBySourceUpdate(
+        self, condition: Value | None = None, set: Mapping[str, Value] | None = None
+    ) -> SparkMergeBuilder:
+        """WHEN NOT MATCHED BY SOURCE [AND condition] THEN UPDATE SET ...: target rows no
+        source row matches (their condition and values read target columns only)."""
+        self._by_source.append(ClauseSpec.update(condition, set, method="whenNotMatchedBySourceUpdate"))
+        return self
+
+    def whenNotMatchedBySourceDelete(self, condition: Value | None = None) -> SparkMergeBuilder:
+        """WHEN NOT MATCHED BY SOURCE [AND condition] THEN DELETE."""
+        self._by_source.append(ClauseSpec.delete(condition))
+        return self
+
     # ------------------------------------------------------------------ execution
 
     def execute(self) -> CommitResult:
@@ -171,7 +186,7 @@ class SparkMergeBuilder:
     def plan(self) -> PendingCommit:
         """Run the Spark jobs and stage the actions without committing (two-phase use:
         ``pending.commit()`` then validates against whatever committed meanwhile)."""
-        require_clauses(self._matched, self._not_matched)
+        require_clauses(self._matched, self._not_matched, self._by_source)
         txn = self._table.transaction()
         on_sql = _sql(self._on)
         source_schema = _source_schema(self._source, required=on_sql is not None)
@@ -179,7 +194,8 @@ class SparkMergeBuilder:
         on = scope.parse_on_if_possible(on_sql, strict_columns=isinstance(self._on, str))
         matched = [scope.resolve(c, parse=False, sql=_sql) for c in self._matched]
         not_matched = [scope.resolve(c, parse=False, sql=_sql) for c in self._not_matched]
-        merge = begin_merge(txn, scope, on_sql, on, matched, not_matched)
+        by_source = [_resolve_by_source(scope, c) for c in self._by_source]
+        merge = begin_merge(txn, scope, on_sql, on, matched, not_matched, by_source)
         self._generate = _check_identity(txn.schema, matched, not_matched)
         if self._generate and not (self._slots is None or isinstance(self._slots, str)):
             column = next(iter(self._generate))
@@ -198,7 +214,9 @@ class SparkMergeBuilder:
 
         # generated columns no clause assigns are computed from the rows' new values
         assigned = {
-            name.lower() for c in (*matched, *not_matched) for name in (c.from_source or c.values or {})
+            name.lower()
+            for c in (*matched, *not_matched, *by_source)
+            for name in (c.from_source or c.values or {})
         }
         regenerate = [c for c in generated_columns(txn.schema) if c.lower() not in assigned]
         return run_planned(self._spark, txn, "MERGE", plan, regenerate=regenerate)
@@ -223,15 +241,23 @@ class SparkMergeBuilder:
         types = {f.name: f.dataType for f in schema.fields}
         matched_values = [self._values(c) if c.kind == "update" else {} for c in merge.matched]
         insert_values = [self._values(c) for c in merge.not_matched]
+        by_source_values = [
+            self._values(c) if c.kind == "update" else {} for c in merge.not_matched_by_source
+        ]
 
         target = scan_files(spark, ctx, txn, list(enumerate(files))).alias(ta)
         # Left outer keeps every source row: unmatched ones feed the insert clauses, and the
         # row ids let the same job count the source rows (no extra pass over the source).
         source = self._source.withColumn(_SRC, F.monotonically_increasing_id()).alias(self._source_alias)
-        joined = source.join(target, to_column(self._on), "left_outer")
-        is_matched = quoted(FILE_COL, ta).isNotNull()
-        joined = joined.withColumn(_MATCHED, _first(is_matched, merge.matched))
-        joined = joined.withColumn(_INSERT, _first(~is_matched, merge.not_matched))
+        # WHEN NOT MATCHED BY SOURCE needs the target rows no source row matches too: a full
+        # outer join (the MERGE then reads the whole target: merge.target_predicate is None).
+        how = "full_outer" if merge.not_matched_by_source else "left_outer"
+        joined = source.join(target, to_column(self._on), how)
+        has_target = quoted(FILE_COL, ta).isNotNull()
+        has_source = quoted(_SRC, self._source_alias).isNotNull()
+        joined = joined.withColumn(_MATCHED, _first(has_target & has_source, merge.matched))
+        joined = joined.withColumn(_INSERT, _first(~has_target, merge.not_matched))
+        joined = joined.withColumn(_BY_SOURCE, _first(has_target & ~has_source, merge.not_matched_by_source))
 
         def value(n: str) -> Column:
             out: Any = None
@@ -241,6 +267,9 @@ class SparkMergeBuilder:
             for j, vals in enumerate(insert_values):
                 if n in vals:
                     out = _when(out, F.col(_INSERT) == j, vals[n].cast(types[n]))
+            for k, (c, vals) in enumerate(zip(merge.not_matched_by_source, by_source_values, strict=True)):
+                if c.kind == "update":
+                    out = _when(out, F.col(_BY_SOURCE) == k, vals.get(n, quoted(n, ta)).cast(types[n]))
             return (out if out is not None else F.lit(None)).cast(types[n]).alias(n)
 
         updates = [i for i, c in enumerate(merge.matched) if c.kind == "update"]
@@ -251,6 +280,8 @@ class SparkMergeBuilder:
         if deletes:
             kind = _when(kind, F.col(_MATCHED).isin(deletes), F.lit("D"))
         kind = _when(kind, F.col(_INSERT).isNotNull(), F.lit("I"))
+        for k, c in enumerate(merge.not_matched_by_source):
+            kind = _when(kind, F.col(_BY_SOURCE) == k, F.lit("U" if c.kind == "update" else "D"))
         # Inserted rows whose clause leaves an identity column out: the writing tasks
         # reserve their values (the column is null in them until then).
         flags = [
@@ -269,6 +300,7 @@ class SparkMergeBuilder:
             ]
         tagged = joined.select(
             kind.alias(_KIND),
+            F.col(_BY_SOURCE).isNotNull().alias(_BY_SOURCE),
             quoted(_SRC, self._source_alias).alias(_SRC),
             quoted(FILE_COL, ta).alias(FILE_COL),
             quoted(POS_COL, ta).alias(POS_COL),
@@ -307,6 +339,8 @@ class SparkMergeBuilder:
             F.count(F.col(POS_COL)).alias("matches"),
             F.countDistinct(F.col(POS_COL)).alias("rows"),
             F.countDistinct(F.col(_SRC)).alias("sources"),
+            F.count(F.when((k == "U") & F.col(_BY_SOURCE), 1)).alias("bu"),
+            F.count(F.when((k == "D") & F.col(_BY_SOURCE), 1)).alias("bd"),
         ]
         if use_dv:
             aggs.append(F.collect_set(F.when(changed, F.col(POS_COL))).alias("positions"))
@@ -390,6 +424,8 @@ class SparkMergeBuilder:
                 deleted=sum(r.d for r in summary),
                 inserted=inserted,
                 source_rows=sources,
+                by_source_updated=sum(r.bu for r in summary),
+                by_source_deleted=sum(r.bd for r in summary),
             )
         )
         stage_adds(txn, staged, adds)
@@ -424,6 +460,21 @@ def _old(index: int) -> str:
 def _flag(index: int) -> str:
     """The flag column of the ``index``-th identity column to generate values for."""
     return f"__eventlog_identity_{index}"
+
+
+def _resolve_by_source(scope: MergeScope, spec: ClauseSpec[Value]) -> MergeClause[Value]:
+    """A BY SOURCE clause: given as SQL text, its columns are checked as the engine checks
+    them (target columns only); Spark Columns are left to Spark."""
+    texts = [spec.condition, *(spec.values or {}).values()]
+    checked: MergeClause[str] | None = None
+    if all(isinstance(t, str) or t is None for t in texts):
+        try:
+            checked = scope.resolve_by_source(cast(ClauseSpec[str], spec))
+        except PredicateError:
+            checked = None  # Spark-only syntax: Spark evaluates it
+    if checked is not None:
+        return cast(MergeClause[Value], checked)
+    return scope.resolve(spec, parse=False, sql=_sql)
 
 
 def _when(chain: Any, test: Column, value: Column) -> Column:

@@ -11,7 +11,8 @@ jobs; every other statement goes to ``spark.sql`` unchanged. What runs:
   and ``INSERT INTO t REPLACE WHERE predicate SELECT ...``;
 * ``DELETE FROM``, ``UPDATE ... SET ... [WHERE]``, ``MERGE INTO ... USING ... ON ...``
   with ``WHEN MATCHED [AND c] THEN UPDATE SET ... | UPDATE SET * | DELETE`` and ``WHEN NOT
-  MATCHED [BY TARGET] [AND c] THEN INSERT (...) VALUES (...) | INSERT *``;
+  MATCHED [BY TARGET] [AND c] THEN INSERT (...) VALUES (...) | INSERT *`` and ``WHEN NOT
+  MATCHED BY SOURCE [AND c] THEN UPDATE SET ... | DELETE``;
 * ``CREATE TABLE [IF NOT EXISTS] ... USING eventlog [PARTITIONED BY | CLUSTER BY]
   [LOCATION] [TBLPROPERTIES]``, and ``CREATE TABLE ... AS SELECT``; ``DROP TABLE name``
   forgets a name (the table stays where it is, as Delta's external tables);

@@ -165,9 +165,16 @@ def merge(spark: SparkSession, catalog: Catalog, tree: exp.Merge, statement: str
         condition = when.args.get("condition")
         cond = _sql(condition) if condition is not None else None
         then = when.args.get("then")
-        if when.args.get("source"):
-            raise UnsupportedStatementError(statement, "WHEN NOT MATCHED BY SOURCE is not supported yet")
-        if when.args.get("matched"):
+        if when.args.get("source"):  # WHEN NOT MATCHED BY SOURCE
+            if isinstance(then, exp.Var) and then.name.upper() == "DELETE":
+                builder = builder.whenNotMatchedBySourceDelete(cond)
+            elif isinstance(then, exp.Update) and not any(isinstance(e, exp.Star) for e in then.expressions):
+                builder = builder.whenNotMatchedBySourceUpdate(
+                    cond, _assignments(then.expressions, statement)
+                )
+            else:
+                raise UnsupportedStatementError(statement, f"WHEN NOT MATCHED BY SOURCE THEN {_sql(then)}")
+        elif when.args.get("matched"):
             if isinstance(then, exp.Var) and then.name.upper() == "DELETE":
                 builder = builder.whenMatchedDelete(cond)
             elif isinstance(then, exp.Update):

@@ -125,9 +125,52 @@ def test_merge_insert_values_and_update_set_star(spark: Any, table: Table) -> No
     with pytest.raises(UnsupportedStatementError) as err:
         sql(
             spark,
-            f"MERGE INTO eventlog.`{p}` t USING src s ON t.id = s.id WHEN NOT MATCHED BY SOURCE THEN DELETE",
+            f"MERGE INTO eventlog.`{p}` t USING src s ON t.id = s.id "
+            "WHEN NOT MATCHED BY SOURCE THEN UPDATE SET *",
         )
     assert "BY SOURCE" in err.value.reason
+
+
+@pytest.mark.parametrize("dv", [False, True])
+def test_merge_not_matched_by_source_matches_the_engine(spark: Any, tmp_path: Path, dv: bool) -> None:
+    props = {"delta.enableDeletionVectors": str(dv).lower(), "delta.enableChangeDataFeed": "true"}
+    ours = Table.create(str(tmp_path / "sql"), SCHEMA, partition_by=["date"], properties=props)
+    ref = Table.create(str(tmp_path / "api"), SCHEMA, partition_by=["date"], properties=props)
+    for t in (ours, ref):
+        t.append(rows([1, 2, 3], "2024-01-01"))
+        t.append(rows([4, 5, 6], "2024-01-02"))
+    source = rows([2, 5, 9], "2024-01-02", x=0)
+    spark.createDataFrame(source.to_pandas()).createOrReplaceTempView("state")
+    counts = sql(
+        spark,
+        f"""MERGE INTO eventlog.`{ours.uri}` t USING state s ON t.id = s.id AND t.date = s.date
+        WHEN MATCHED THEN UPDATE SET x = s.x
+        WHEN NOT MATCHED THEN INSERT *
+        WHEN NOT MATCHED BY SOURCE AND t.date = '2024-01-01' THEN UPDATE SET x = -t.x
+        WHEN NOT MATCHED BY SOURCE THEN DELETE""",
+    ).collect()[0]
+    result = (
+        ref.merge(source, "t.id = s.id AND t.date = s.date", source_alias="s", target_alias="t")
+        .when_matched_update(None, {"x": "s.x"})
+        .when_not_matched_insert_all()
+        .when_not_matched_by_source_update("t.date = '2024-01-01'", {"x": "-t.x"})
+        .when_not_matched_by_source_delete()
+        .execute()
+    )
+    m = {k: int(v) for k, v in result.metrics.items()}
+    assert tuple(counts) == (
+        m["numTargetRowsUpdated"] + m["numTargetRowsDeleted"] + m["numTargetRowsInserted"],
+        m["numTargetRowsUpdated"], m["numTargetRowsDeleted"], m["numTargetRowsInserted"],
+    )  # fmt: skip
+    assert ours.to_arrow().sort_by("id").to_pylist() == ref.to_arrow().sort_by("id").to_pylist()
+    info = ours.history(1)[0]
+    assert info["operationMetrics"] == {k: str(v) for k, v in m.items()}
+    by_source = ref.history(1)[0]["operationParameters"]["notMatchedBySourcePredicates"]
+    assert info["operationParameters"]["notMatchedBySourcePredicates"] == by_source
+    key = lambda r: (r["id"], r["_change_type"])  # noqa: E731
+    assert sorted(ours.changes(2).drop_columns(["_commit_timestamp"]).to_pylist(), key=key) == sorted(
+        ref.changes(2).drop_columns(["_commit_timestamp"]).to_pylist(), key=key
+    )
 
 
 def test_maintenance_statements(spark: Any, table: Table) -> None:
