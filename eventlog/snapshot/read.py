@@ -19,7 +19,7 @@ from eventlog.log.filetable import add_files
 from eventlog.snapshot.projection import Snapshot
 from eventlog.userinput import check_string_list
 
-__all__ = ["read_snapshot_rows"]
+__all__ = ["checked_columns", "read_snapshot_rows"]
 
 
 def read_snapshot_rows(
@@ -36,11 +36,7 @@ def read_snapshot_rows(
     with ``row_ids``, also each row's stable ``_row_id`` and ``_row_commit_version`` (row
     tracking must be enabled: :class:`~eventlog.errors.RowTrackingNotEnabledError`)."""
     schema, parts = snapshot.schema, snapshot.partition_columns
-    if columns is not None:
-        columns = check_string_list(columns, "column")
-        for col in columns:
-            if col not in schema.names:
-                raise UnknownColumnError(col, list(schema.names), "columns")
+    columns = checked_columns(schema, columns)
     if row_ids:
         rows = _read_with_row_ids(fs, root, snapshot, filter, columns)
     elif filter is None:
@@ -52,6 +48,17 @@ def read_snapshot_rows(
         rows = read_matching_rows(fs, root, files, schema, parts, pred, filter, columns=columns)
     # Readers see logical names only, without column mapping's ids and physical names.
     return cm.to_logical(rows, cm.strip(rows.schema)) if cm.is_mapped(schema) else rows
+
+
+def checked_columns(schema: pa.Schema, columns: Sequence[str] | None) -> list[str] | None:
+    """``columns`` asked of a read, each one of ``schema``'s (UnknownColumnError otherwise)."""
+    if columns is None:
+        return None
+    columns = check_string_list(columns, "column")
+    for col in columns:
+        if col not in schema.names:
+            raise UnknownColumnError(col, list(schema.names), "columns")
+    return list(columns)
 
 
 def _read_with_row_ids(

@@ -18,13 +18,13 @@ import fsspec
 import pyarrow as pa
 
 from eventlog import expr as ex
-from eventlog.errors import InvalidInputError, UnknownColumnError
+from eventlog.errors import InvalidInputError
 from eventlog.files import column_mapping as cm
 from eventlog.files.scan import read_live_rows, read_matching_rows
 from eventlog.log.actions import AddFile
 from eventlog.log.filetable import add_files
 from eventlog.snapshot.projection import Snapshot
-from eventlog.userinput import check_string_list
+from eventlog.snapshot.read import checked_columns
 
 __all__ = ["DEFAULT_BATCH_ROWS", "scan_snapshot"]
 
@@ -44,11 +44,7 @@ def scan_snapshot(
     """The live rows of ``snapshot`` where ``filter`` holds, with ``columns`` (default all,
     in schema order), as a reader that reads one data file at a time (module docstring)."""
     schema, parts = snapshot.schema, snapshot.partition_columns
-    if columns is not None:
-        columns = check_string_list(columns, "column")
-        for col in columns:
-            if col not in schema.names:
-                raise UnknownColumnError(col, list(schema.names), "columns")
+    columns = checked_columns(schema, columns)
     if batch_size is not None and (
         isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
     ):
