@@ -82,3 +82,30 @@ def test_maintenance_and_names_on_connect(connect_spark: Any, tmp_path: Path) ->
     sql(spark, f"DROP TABLE {name}")
     with pytest.raises(UnsupportedStatementError):
         sql(spark, f"UPDATE eventlog.`{p}` SET x = 1 FROM other")
+
+
+def test_definitions_and_restore_on_connect(connect_spark: Any, tmp_path: Path) -> None:
+    spark = connect_spark
+    loc = str(tmp_path / "defs")
+    sql(
+        spark,
+        f"CREATE TABLE eventlog.`{loc}` (id BIGINT NOT NULL, kind STRING) USING eventlog "
+        "PARTITIONED BY (kind) TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')",
+    )
+    t = Table.open(loc)
+    assert t.partition_columns == ("kind",) and not t.schema.field("id").nullable
+    sql(spark, f"INSERT INTO eventlog.`{loc}` VALUES (1, 'a'), (2, 'a'), (3, 'b')")
+    sql(spark, f"ALTER TABLE eventlog.`{loc}` ADD COLUMNS (note STRING)")
+    sql(spark, f"ALTER TABLE eventlog.`{loc}` ADD CONSTRAINT positive CHECK (id > 0)")
+    sql(spark, f"DELETE FROM eventlog.`{loc}` WHERE id = 2")
+    purged = sql(spark, f"REORG TABLE eventlog.`{loc}` APPLY (PURGE)").collect()[0]
+    assert purged["path"] == loc
+    assert all(a.deletion_vector is None for a in Table.open(loc).snapshot().add_files)
+    assert sql(spark, f"VACUUM eventlog.`{loc}` RETAIN 168 HOURS DRY RUN").collect() == []
+    restored = sql(spark, f"RESTORE TABLE eventlog.`{loc}` TO VERSION AS OF 1").collect()[0]
+    t = Table.open(loc)
+    assert restored["num_of_files_after_restore"] == len(t.snapshot().add_files)
+    assert sorted(t.to_arrow().column("id").to_pylist()) == [1, 2, 3]
+    detail = sql(spark, f"DESCRIBE DETAIL eventlog.`{loc}`").collect()[0]
+    assert (detail["location"], detail["partitionColumns"]) == (loc, ["kind"])
+    assert "deletionVectors" in detail["tableFeatures"]
