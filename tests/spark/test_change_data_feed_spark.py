@@ -203,6 +203,22 @@ def _batch_rows(query: Any) -> list[int]:
     return [p["numInputRows"] if isinstance(p, dict) else p.numInputRows for p in query.recentProgress]
 
 
+def _run_to_parquet(df: Any, tmp_path: Path, out: Path) -> list[int]:
+    """Run the stream ``df`` into Parquet files under ``out`` (availableNow) to its end;
+    the input rows of each micro-batch."""
+    query = (
+        df.writeStream.format("parquet")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start(str(out))
+    )
+    try:
+        assert query.awaitTermination(WAIT), "the query did not finish in time"
+        return _batch_rows(query)
+    finally:
+        query.stop()
+
+
 def test_stream_admits_change_files_per_trigger_as_delta(spark: Any, tmp_path: Path) -> None:
     """maxFilesPerTrigger=1: the initial rows and plain appends file by file; an UPDATE's
     change data files (one per partition) all in one micro-batch, over the limit."""
@@ -216,17 +232,7 @@ def test_stream_admits_change_files_per_trigger_as_delta(spark: Any, tmp_path: P
         .options(readChangeFeed="true", startingVersion="1", maxFilesPerTrigger="1")
         .load(table.uri)
     )
-    query = (
-        df.writeStream.format("parquet")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start(str(out))
-    )
-    try:
-        assert query.awaitTermination(WAIT), "the query did not finish in time"
-        batches = _batch_rows(query)
-    finally:
-        query.stop()
+    batches = _run_to_parquet(df, tmp_path, out)
     # 1: two files of 2 rows; 2 and 3: one change data file each (delete 1 row; update 2);
     # 4: one file of 1 row; 5: two change data files (4 rows) admitted together.
     assert batches == [2, 2, 1, 2, 1, 4]
@@ -242,17 +248,7 @@ def test_stream_admits_bytes_per_trigger_and_splits_the_initial_rows(spark: Any,
         .options(readChangeFeed="true", maxBytesPerTrigger="1")
         .load(table.uri)
     )
-    query = (
-        df.writeStream.format("parquet")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start(str(out))
-    )
-    try:
-        assert query.awaitTermination(WAIT), "the query did not finish in time"
-        batches = _batch_rows(query)
-    finally:
-        query.stop()
+    batches = _run_to_parquet(df, tmp_path, out)
     files = len(table.refresh().add_files)
     assert len(batches) == files  # one file of the initial snapshot per micro-batch
     assert sum(batches) == table.to_arrow().num_rows

@@ -81,36 +81,33 @@ def test_read_table_and_to_df_use_the_python_data_source(connect_spark: Any, tmp
     t.close()
 
 
+def _copy_stream(spark: Any, src: str, dst: str, checkpoint: Path) -> None:
+    """eventlog -> eventlog: the streaming source and the streaming sink, run to the end
+    (availableNow) from ``checkpoint``; the query must end without an exception."""
+    query = (
+        spark.readStream.format("eventlog")
+        .load(src)
+        .writeStream.format("eventlog")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start(dst)
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+
+
 def test_streaming_write_and_read_available_now(connect_spark: Any, tmp_path: Path) -> None:
     src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
     t = Table.create(src, SCHEMA)
     t.append(rows(list(range(5))))
     t.append(rows(list(range(5, 8))))
     # eventlog -> eventlog: the streaming source and the streaming sink, over Connect.
-    query = (
-        connect_spark.readStream.format("eventlog")
-        .load(src)
-        .writeStream.format("eventlog")
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
-        .start(dst)
-    )
-    query.awaitTermination(120)
-    assert query.exception() is None
+    _copy_stream(connect_spark, src, dst, tmp_path / "ckpt")
     with Table.open(dst) as out:
         assert sorted(out.to_arrow().column("id").to_pylist()) == list(range(8))
         first = out.version
     t.append(rows([100, 101]))  # a restart from the checkpoint reads only the new commit
-    query = (
-        connect_spark.readStream.format("eventlog")
-        .load(src)
-        .writeStream.format("eventlog")
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
-        .start(dst)
-    )
-    query.awaitTermination(120)
-    assert query.exception() is None
+    _copy_stream(connect_spark, src, dst, tmp_path / "ckpt")
     with Table.open(dst) as out:
         assert sorted(out.to_arrow().column("id").to_pylist()) == [*range(8), 100, 101]
         assert out.version == first + 1
