@@ -147,6 +147,9 @@ def maintenance(spark: SparkSession, catalog: Catalog, stmt: g.Maintenance, stat
     if isinstance(stmt, g.DropFeature):
         table.dropFeature(stmt.feature, stmt.truncate_history)
         return spark.createDataFrame([], _EMPTY)
+    if isinstance(stmt, g.ClusterByNone):
+        table.table.cluster_by(None)
+        return spark.createDataFrame([], _EMPTY)
     raise UnsupportedStatementError(statement, f"{type(stmt).__name__} is not supported")
 
 
@@ -202,13 +205,20 @@ def alter(spark: SparkSession, catalog: Catalog, tree: exp.Alter, statement: str
         elif isinstance(action, exp.ColumnDef):  # ADD COLUMN c T
             table.table.add_columns(_fields(spark, [action], statement))
         elif isinstance(action, exp.RenameColumn):
-            table.renameColumn(action.this.name, action.args["to"].name)
+            table.renameColumn(_column_path(action.this), action.args["to"].name)
         elif isinstance(action, exp.Drop) and str(action.args.get("kind", "")).upper() in (
             "COLUMN",
             "COLUMNS",
         ):
-            names = [c.name for t in action.args.get("tables") or [] for c in getattr(t, "expressions", [t])]
-            table.dropColumns(*names)
+            names = [
+                _column_path(c)
+                for t in action.args.get("tables") or []
+                for c in (t.expressions if isinstance(t, exp.Schema) else [t])
+            ]
+            if action.args.get("exists"):  # DROP COLUMN IF EXISTS: only those there
+                names = [n for n in names if _has_column(table.table.schema, n)]
+            if names:
+                table.dropColumns(*names)
         elif isinstance(action, exp.Drop) and str(action.args.get("kind", "")).upper() == "CONSTRAINT":
             (name,) = [t.name for t in action.args.get("tables") or []]
             table.dropConstraint(name, ifExists=bool(action.args.get("exists")))
@@ -220,10 +230,28 @@ def alter(spark: SparkSession, catalog: Catalog, tree: exp.Alter, statement: str
                 table.addConstraint(constraint.name, _sql(checks[0].this))
         elif isinstance(action, exp.ClusterProperty):
             columns = [c.name for c in action.expressions]
-            table.clusterBy(*columns) if columns else table.table.cluster_by(None)
+            table.clusterBy(*columns)
         else:
             raise UnsupportedStatementError(statement, f"ALTER TABLE action {_sql(action)} is not supported")
     return spark.createDataFrame([], _EMPTY)
+
+
+def _column_path(node: exp.Expression) -> str:
+    """A column reference as the Python API names it: ``a.b`` for a struct field."""
+    if isinstance(node, exp.Column):
+        return ".".join(part.name for part in node.parts)
+    return node.name
+
+
+def _has_column(schema: pa.Schema, path: str) -> bool:
+    fields: pa.Schema | pa.StructType = schema
+    for name in path.split("."):
+        index = fields.get_field_index(name)
+        if index < 0:
+            return False
+        kind = fields.field(index).type
+        fields = kind if pa.types.is_struct(kind) else pa.struct([])
+    return True
 
 
 def _fields(spark: SparkSession, defs: list[exp.Expression], statement: str) -> list[pa.Field]:

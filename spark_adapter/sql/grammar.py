@@ -14,6 +14,7 @@ reads them):
 * ``SHOW TBLPROPERTIES table [(key)]``
 * ``ALTER TABLE table UNSET TBLPROPERTIES [IF EXISTS] (key, ...)``
 * ``ALTER TABLE table DROP FEATURE name [TRUNCATE HISTORY]``
+* ``ALTER TABLE table CLUSTER BY NONE`` (sqlglot parses only ``CLUSTER BY (col, ...)``)
 
 A table is a path (``eventlog.`/path```, ``delta.`/path``` too, as Delta users write it)
 or a name. Predicates are kept as the statement's own text, for Spark to evaluate. A
@@ -122,6 +123,11 @@ class DropFeature:
     truncate_history: bool
 
 
+@dataclasses.dataclass(frozen=True)
+class ClusterByNone:
+    table: TableName
+
+
 Maintenance = (
     Optimize
     | Reorg
@@ -132,6 +138,7 @@ Maintenance = (
     | ShowProperties
     | UnsetProperties
     | DropFeature
+    | ClusterByNone
 )
 
 
@@ -163,7 +170,7 @@ class _Parser:
             return ""
         if tok.token_type in (TokenType.IDENTIFIER,) and self._quoted(tok):
             return ""
-        return tok.text.upper()
+        return " ".join(tok.text.upper().split())  # one token for some keyword pairs: "CLUSTER BY"
 
     def _quoted(self, tok: Token) -> bool:
         return self.text[tok.start : tok.start + 1] == "`"
@@ -360,9 +367,12 @@ class _Parser:
             parts.append(self.name("a property"))
         return ".".join(parts)
 
-    def alter(self) -> UnsetProperties | DropFeature:
+    def alter(self) -> UnsetProperties | DropFeature | ClusterByNone:
         self.expect("TABLE")
         table = self.table()
+        if self.accept("CLUSTER BY", "NONE"):
+            self.end()
+            return ClusterByNone(table)
         if self.accept("UNSET", "TBLPROPERTIES"):
             if_exists = self.accept("IF", "EXISTS")
             self.expect_token(TokenType.L_PAREN, "(")
@@ -423,6 +433,7 @@ def parse_maintenance(text: str) -> Maintenance | None:
 
 
 def _alter_is_ours(parser: _Parser) -> bool:
-    """Whether an ALTER TABLE is UNSET TBLPROPERTIES or DROP FEATURE (sqlglot's otherwise)."""
-    words = {parser._word(k) for k in range(len(parser.tokens))}
-    return "UNSET" in words or "FEATURE" in words
+    """Whether an ALTER TABLE is UNSET TBLPROPERTIES, DROP FEATURE or CLUSTER BY NONE
+    (sqlglot's otherwise)."""
+    words = [parser._word(k) for k in range(len(parser.tokens))]
+    return "UNSET" in words or "FEATURE" in words or words[-2:] == ["CLUSTER BY", "NONE"]

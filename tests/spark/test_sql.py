@@ -296,3 +296,36 @@ def test_plain_spark_sql_reads_a_name_through_a_view_that_stays_current(spark: A
     assert _rows(original(f"SELECT id, note FROM {name} WHERE note IS NOT NULL")) == [(4, "x")]
     sql(spark, f"DROP TABLE {name}")
     assert name not in [t.name for t in spark.catalog.listTables()]
+
+
+def test_column_mapping_and_clustering_statements_match_the_python_api(spark: Any, tmp_path: Path) -> None:
+    ours, ref = str(tmp_path / "sql"), str(tmp_path / "api")
+    mapping = {"delta.columnMapping.mode": "name"}
+    sql(
+        spark,
+        f"CREATE TABLE eventlog.`{ours}` (id BIGINT, kind STRING, x BIGINT, y DOUBLE) USING eventlog "
+        "CLUSTER BY (kind) TBLPROPERTIES ('delta.columnMapping.mode' = 'name')",
+    )
+    schema = pa.schema([("id", pa.int64()), ("kind", pa.string()), ("x", pa.int64()), ("y", pa.float64())])
+    api = Table.create(ref, schema, properties=mapping, cluster_by=["kind"])
+    assert Table.open(ours).clustering_columns() == api.clustering_columns() == ["kind"]
+    data = pa.table({"id": [1, 2, 3], "kind": ["a", "b", "a"], "x": [10, 20, 30], "y": [1.0, 2.0, 3.0]})
+    values = "(1, 'a', 10, 1.0), (2, 'b', 20, 2.0), (3, 'a', 30, 3.0)"
+    sql(spark, f"INSERT INTO eventlog.`{ours}` VALUES {values}")
+    api.append(data)
+    sql(spark, f"ALTER TABLE eventlog.`{ours}` RENAME COLUMN x TO amount")
+    api.rename_column("x", "amount")
+    sql(spark, f"ALTER TABLE eventlog.`{ours}` DROP COLUMN y")
+    api.drop_columns(["y"])
+    sql(spark, f"ALTER TABLE eventlog.`{ours}` CLUSTER BY (amount, kind)")
+    api.cluster_by(["amount", "kind"])
+    got = Table.open(ours)
+    assert got.schema == api.schema and got.schema.names == ["id", "kind", "amount"]
+    assert got.clustering_columns() == api.clustering_columns() == ["amount", "kind"]
+    selected = sql(spark, f"SELECT id, amount FROM eventlog.`{ours}` WHERE kind = 'a'")
+    assert _rows(selected) == [(1, 10), (3, 30)]
+    sql(spark, f"ALTER TABLE eventlog.`{ours}` DROP COLUMNS IF EXISTS (nope, y)")  # nothing to drop
+    assert Table.open(ours).version == api.version
+    sql(spark, f"ALTER TABLE eventlog.`{ours}` CLUSTER BY NONE")
+    assert Table.open(ours).clustering_columns() == []
+    assert got.version == api.version + 1
