@@ -9,12 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.errors import StreamingQueryException
 
 from eventlog import Table
+from eventlog.log.commitlog import resolve_slots
+from eventlog.log.storage import LogStore
 from spark_adapter import read_table
 from spark_adapter.native import native_target
 from spark_adapter.table import EventlogTable
+from streaming.ownership import lease_name
 from tests.conftest import SCHEMA, rows
+from tests.support.spark_connect import CONNECT_MODE_ENV
 
 # 300 s: the first test also waits for the Connect server to start.
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
@@ -113,3 +118,39 @@ def test_streaming_write_and_read_available_now(connect_spark: Any, tmp_path: Pa
         assert out.version == first + 1
         assert out.history(1)[0]["operation"] == "STREAMING UPDATE"
     t.close()
+
+
+def test_the_sinks_checkpoint_lease_belongs_to_the_connect_server(
+    connect_spark: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Connect the driver is the server: its application holds the checkpoint (the lease
+    names the server's JVM), and a query of another application (the classic session here)
+    on the same checkpoint fails before any batch, naming the owner."""
+    src, dst, checkpoint = str(tmp_path / "src"), str(tmp_path / "dst"), tmp_path / "ckpt"
+    source = Table.create(src, SCHEMA)
+    source.append(rows([1, 2]))
+    _copy_stream(connect_spark, src, dst, checkpoint)
+    source.append(rows([3]))  # a batch for the other application to plan
+    holder = resolve_slots(None, LogStore(dst)).lease_owner(lease_name(str(checkpoint)))
+    assert holder is not None
+    driver = Path(f"/proc/{holder.info['driverPid']}/cmdline").read_bytes()
+    assert b"org.apache.spark.sql.connect.service.SparkConnectServer" in driver
+    monkeypatch.delenv(CONNECT_MODE_ENV)  # the classic session's columns, for this part
+    query = (
+        spark.readStream.format("eventlog")
+        .load(src)
+        .writeStream.format("eventlog")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start(dst)
+    )
+    try:
+        with pytest.raises(StreamingQueryException) as failed:
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+    error = str(failed.value)
+    assert "DELTA_CONCURRENT_TRANSACTION" in error
+    assert "several streaming queries are using the same checkpoint" in error
+    assert f"(driver pid {holder.info['driverPid']})" in error
+    assert Table.open(dst).version == 0  # the second application wrote nothing
