@@ -15,12 +15,15 @@ file, counting deleted rows, as deletion vectors need.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+from fsspec.implementations.local import LocalFileSystem
 from pyroaring import FrozenBitMap64
 
 from eventlog import expr as ex
@@ -29,7 +32,8 @@ from eventlog.expr.evaluate import ARROW_ERRORS
 from eventlog.files import column_mapping as cm
 from eventlog.files import row_tracking
 from eventlog.files.deletion_vectors import deleted_mask, read_deletion_vector
-from eventlog.files.reader import DataFileReader, read_data_files
+from eventlog.files.reader import DataFileReader, data_file_path, read_data_files
+from eventlog.files.schema import decode_partition_value
 from eventlog.log.actions import AddFile
 
 MAX_ARROW_FILTER_NODES = 4096
@@ -168,6 +172,9 @@ class FileScan:
         self.add = add
         self.schema = schema
         self.reader = DataFileReader(fs, root, add, schema, partition_columns)
+        #: The file on the local filesystem (streamed by :meth:`live_batches`), else None.
+        self.local_path = data_file_path(fs, root, add.path) if isinstance(fs, LocalFileSystem) else None
+        self._fragment: ds.ParquetFileFragment | None = None  # of local_path, made on demand
         self.num_rows = self.reader.num_rows
         #: Rows the file's current deletion vector deletes (empty without one).
         self.deleted = file_deletes(fs, root, add)
@@ -178,6 +185,12 @@ class FileScan:
                 version=None,
             )
         self._kept: np.ndarray | None = None  # per physical row: not deleted (built on demand)
+
+    @property
+    def _partition_columns(self) -> list[str]:
+        """The table's partition columns (logical names), as the reader was given them."""
+        physical = dict(zip(self.reader.schema.names, self.schema.names, strict=True))
+        return [physical[c] for c in self.reader.partition_columns]
 
     def _groups(self, skip_by: ex.Expr | None) -> list[int]:
         """Row groups that may hold a live row satisfying ``skip_by`` (every group if None)."""
@@ -299,6 +312,79 @@ class FileScan:
                 materialized = read.take(pa.array(local, pa.int64()))
         return row_tracking.stable_ids(self.add, positions, materialized, hidden)
 
+    def live_batches(
+        self,
+        columns: Sequence[str] | None,
+        predicate: ex.Expr | None,
+        *,
+        sql: str | None = None,
+        batch_size: int,
+    ) -> Iterator[pa.Table]:
+        """The live rows satisfying ``predicate`` (all if None; parsed from ``sql``), with
+        ``columns`` (default all, in schema order), as tables of at most ``batch_size`` rows.
+
+        Only the row groups whose statistics admit ``predicate`` (and that hold a live row)
+        are read. A local file is decoded ``batch_size`` rows at a time, so memory holds one
+        batch (and the Parquet reader's buffers of one row group), not the file; a file on
+        another filesystem was fetched whole by :class:`DataFileReader` and is decoded one
+        row group at a time. Each batch's deletion vector rows are dropped by their physical
+        positions, then the filter applies.
+        """
+        out = [n for n in self.schema.names if columns is None or n in set(columns)]
+        needed = out
+        if predicate is not None:
+            used = set(top_level_columns(predicate, self.schema))
+            needed = [n for n in self.schema.names if n in used or n in set(out)]
+        arrow_filter = None
+        if predicate is not None and ex.tree_size(predicate) <= MAX_ARROW_FILTER_NODES:
+            arrow_filter = ex.to_arrow(predicate, schema=self.schema)
+        starts = self.reader.row_group_starts
+        for g in self._groups(predicate):
+            offset = starts[g]  # physical position of the next batch's first row
+            for rows in self._group_batches(needed, g, batch_size):
+                n = rows.num_rows
+                if self.deleted and self.deleted.range_cardinality(offset, offset + n):
+                    rows = rows.filter(_bool_array(self._kept_rows()[offset : offset + n]))
+                offset += n
+                if predicate is not None and rows.num_rows:
+                    rows = _filtered(rows, predicate, arrow_filter, sql)
+                if rows.num_rows:
+                    yield rows if needed == out else rows.select(out)
+
+    def _group_batches(self, columns: Sequence[str], group: int, batch_size: int) -> Iterator[pa.Table]:
+        """``columns`` (logical names) of every row of row group ``group``, in file order,
+        in tables of at most ``batch_size`` rows with exactly the table schema's types."""
+        if self.local_path is None:
+            yield from self.reader.read(columns, [group]).to_batches(max_chunksize=batch_size)
+            return
+        # The reader's physical schema (in the logical schema's order, id mode's renames in).
+        physical = dict(zip(self.schema.names, self.reader.schema.names, strict=True))
+        parts = {physical[c]: c for c in self._partition_columns}
+        file_schema = pa.schema([f for f in self.reader.schema if f.name not in parts])
+        read = [physical[c] for c in columns if physical[c] not in parts]
+        if self._fragment is None:  # the footer read once, each row group a subset of it
+            self._fragment = _STREAM_FORMAT.make_fragment(self.local_path, filesystem=pafs.LocalFileSystem())
+            self._fragment.ensure_complete_metadata()
+        fragment = self._fragment.subset(row_group_ids=[group])
+        dataset = ds.FileSystemDataset([fragment], schema=file_schema, format=_STREAM_FORMAT)
+        batches = dataset.to_batches(
+            columns=read, batch_size=batch_size, batch_readahead=1, fragment_readahead=1
+        )
+        fields = {f.name: f for f in self.reader.schema}
+        physical_out = pa.schema([fields[physical[c]] for c in columns])
+        logical = pa.schema([self.schema.field(c) for c in columns])
+        for batch in batches:
+            arrays = []
+            for f in physical_out:
+                if f.name in parts:
+                    value = decode_partition_value(self.add.partition_values.get(f.name), f.type)
+                    arrays.append(pa.repeat(pa.scalar(value, f.type), batch.num_rows))
+                else:
+                    col = batch.column(f.name)
+                    arrays.append(col if col.type == f.type else col.cast(f.type))
+            rows = pa.Table.from_arrays(arrays, schema=physical_out)
+            yield cm.to_logical(rows, logical) if physical_out.names != logical.names else rows
+
     def live_rows_marked(
         self, positions: np.ndarray, *, hidden: tuple[str, str] | None = None
     ) -> tuple[pa.Table, pa.BooleanArray]:
@@ -308,6 +394,29 @@ class FileScan:
         marked = np.zeros(self.num_rows, dtype=np.bool_)
         marked[positions] = True
         return self.tracked(rows, live, hidden), _bool_array(marked[live])
+
+
+_STREAM_FORMAT = ds.ParquetFileFormat(
+    # As eventlog.files.reader's format: Spark's INT96 timestamps read as microseconds.
+    read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"),
+)
+
+
+def _filtered(
+    rows: pa.Table, predicate: ex.Expr, arrow_filter: pc.Expression | None, sql: str | None
+) -> pa.Table:
+    """The rows of ``rows`` where ``predicate`` holds (by ``arrow_filter``, its Arrow form,
+    when given); a failed evaluation is a PredicateError naming ``sql``, as in
+    :func:`read_matching_rows`."""
+    if arrow_filter is None:
+        return rows.filter(ex.evaluate_mask(predicate, rows))
+    try:
+        return rows.filter(arrow_filter)
+    except ARROW_ERRORS as exc:
+        text = sql if sql is not None else str(predicate)
+        raise PredicateError(
+            f"cannot evaluate filter {text[:200]!r}: {str(exc).splitlines()[0]}", expression=text
+        ) from exc
 
 
 def read_rows_with_ids(

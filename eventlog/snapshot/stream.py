@@ -1,13 +1,16 @@
 """Streaming reads of a snapshot: :func:`scan_snapshot` is a ``pyarrow.RecordBatchReader``
-over the live rows, read one data file at a time.
+over the live rows, read one data file at a time and, within a file, one batch at a time.
 
 It plans as :func:`eventlog.snapshot.read.read_snapshot_rows` does (the columns checked,
 the SQL filter parsed, files pruned by partition values and skipped by statistics), then
-reads nothing until the reader is iterated. Each file's rows are read with its deletion
-vector applied, the filter pushed into the Parquet scan where it can be, partition columns
-filled in, and column mapping's physical names turned back into the table's; they are
-handed out in batches of at most ``batch_size`` rows. Memory holds one file's matching rows
-at a time, so it grows with the largest file, not with the table.
+reads nothing until the reader is iterated. Each file is read by
+:meth:`eventlog.files.scan.FileScan.live_batches`: only the row groups whose statistics
+admit the filter, decoded ``batch_size`` rows at a time, each batch with its deletion
+vector rows dropped (by physical position), the filter applied, partition columns filled
+in, and column mapping's physical names turned back into the table's. Memory grows with
+the batch size and the row-group size, not with the file or the table (a file on a
+non-local filesystem is fetched whole first, as every read of it is).
+
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ import fsspec
 import pyarrow as pa
 
 from eventlog import expr as ex
-from eventlog.errors import InvalidInputError
+from eventlog.errors import DataFileNotFoundError, InvalidInputError
 from eventlog.files import column_mapping as cm
-from eventlog.files.scan import read_live_rows, read_matching_rows
+from eventlog.files.reader import data_file_path
+from eventlog.files.scan import FileScan
 from eventlog.log.actions import AddFile
 from eventlog.log.filetable import add_files
 from eventlog.snapshot.projection import Snapshot
@@ -60,20 +64,21 @@ def scan_snapshot(
     names = [n for n in schema.names if wanted is None or n in wanted]  # schema order, as to_arrow
     out = cm.strip(pa.schema([schema.field(n) for n in names]))
 
+    size = batch_size or DEFAULT_BATCH_ROWS
+
     def batches() -> Iterator[pa.RecordBatch]:
         for add in files:
-            if pred is None:
-                rows = read_live_rows(fs, root, [add], schema, parts, columns=columns)
-            else:
-                assert filter is not None
-                rows = read_matching_rows(fs, root, [add], schema, parts, pred, filter, columns=columns)
-            if not rows.num_rows:
-                continue
-            if cm.is_mapped(schema):
-                rows = cm.to_logical(rows, cm.strip(rows.schema))
-            rows = rows.select(names)
-            if rows.schema != out:
-                rows = rows.cast(out)
-            yield from rows.to_batches(max_chunksize=batch_size or DEFAULT_BATCH_ROWS)
+            try:
+                file = FileScan(fs, root, add, schema, parts)
+                for rows in file.live_batches(columns, pred, sql=filter, batch_size=size):
+                    # Logical names already; the output schema drops column mapping's metadata.
+                    same = rows.schema.equals(out, check_metadata=True)
+                    yield from (rows if same else rows.cast(out)).to_batches()
+            except FileNotFoundError as exc:
+                if isinstance(exc, DataFileNotFoundError):
+                    raise
+                raise DataFileNotFoundError(
+                    root, data_file_path(fs, root, add.path), snapshot.version
+                ) from exc
 
     return pa.RecordBatchReader.from_batches(out, batches())
