@@ -114,6 +114,27 @@ class UnsupportedProtocolError(EventlogError):
         super().__init__(message, features=features)
 
 
+class DatasetUnsupportedError(EventlogError):
+    """``Table.to_pyarrow_dataset`` on a snapshot that a plain ``pyarrow.dataset`` cannot
+    express: live files with deletion vectors (a dataset would return their deleted rows)
+    or column mapping (the files' physical column names are not the table's). ``scan()``
+    reads such tables. Fields: ``uri``, ``version`` (the snapshot), ``reason``
+    (``"deletion vectors"`` or ``"column mapping"``) and ``count`` (the live files with a
+    deletion vector; 0 for column mapping)."""
+
+    def __init__(self, *, uri: str, version: int, reason: str, count: int) -> None:
+        what = f" ({count} live files have one)" if reason == "deletion vectors" else ""
+        super().__init__(
+            f"{uri}: version {version} cannot be read as a pyarrow dataset: it uses {reason}{what}, "
+            "which a plain dataset cannot apply; read it with Table.scan() (a RecordBatchReader "
+            "that DuckDB, Polars and pyarrow also take)",
+            uri=uri,
+            version=version,
+            reason=reason,
+            count=count,
+        )
+
+
 # --------------------------------------------------------------------------- bad input
 
 
