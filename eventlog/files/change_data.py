@@ -6,7 +6,7 @@ ignore its adds and removes then; a commit without them is read from its adds (i
 and removes (deletes of every row of the removed file). So a writer needs change files
 only for changes the adds and removes cannot tell: rows deleted from a file that lives on
 (rewritten) and updated rows. :class:`ChangeRecorder` collects
-every row an operation changes and decides at the end, once for the commit:
+every row an operation changes and decides, once for the commit:
 
 * only inserts, whole-file removes and rows deleted by deletion vectors: no change file
   (appends, overwrites, partition deletes and DELETE on a DV table cost nothing more, as
@@ -23,7 +23,7 @@ data, and VACUUM deletes them once they are older than the retention.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import fsspec
 import pyarrow as pa
@@ -35,7 +35,9 @@ from eventlog.log.actions import AddCDCFile, AddFile
 __all__ = [
     "CDF_PROPERTY",
     "CHANGE_DATA_DIR",
+    "CHANGE_GROUP_BYTES",
     "CHANGE_TYPE_COLUMN",
+    "ChangeParts",
     "DELETE",
     "INSERT",
     "UPDATE_POSTIMAGE",
@@ -65,15 +67,30 @@ def change_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema([*schema, pa.field(CHANGE_TYPE_COLUMN, pa.string(), nullable=False)])
 
 
-class ChangeRecorder:
-    """The rows one commit changes (see the module docstring)."""
+#: Change rows are written in groups of about this many bytes (in memory, Arrow's measure):
+#: an operation that changes more rows than this writes its change files as it goes
+#: (:meth:`ChangeRecorder.rows`) and at the end, so the change data never holds much more.
+CHANGE_GROUP_BYTES = 64 * 1024 * 1024
 
-    def __init__(self) -> None:
+ChangeParts = Sequence[tuple[str, pa.Table]]
+
+
+class ChangeRecorder:
+    """The rows one commit changes (see the module docstring).
+
+    ``spill`` writes a group of change rows (kind, rows) as change files: once the commit is
+    known to need change files, the rows recorded are handed to it whenever they reach
+    :data:`CHANGE_GROUP_BYTES`, so a large operation does not keep them all.
+    """
+
+    def __init__(self, spill: Callable[[ChangeParts], None] | None = None) -> None:
         self._rows: list[tuple[str, pa.Table]] = []
+        self._buffered = 0  # bytes of self._rows
         self._removed: list[AddFile] = []
         self._added: list[AddFile] = []
         self._later: list[tuple[str, Callable[[], pa.Table]]] = []
         self._row_level = False
+        self._spill = spill
 
     def rows(self, kind: str, rows: pa.Table) -> None:
         """``rows`` (the table's columns, partition columns included) changed as ``kind``."""
@@ -81,7 +98,11 @@ class ChangeRecorder:
             raise ValueError(f"unknown change type {kind!r}")
         if rows.num_rows:
             self._rows.append((kind, rows))
+            self._buffered += rows.nbytes
             self._row_level = self._row_level or kind != INSERT
+            if self._row_level and self._spill is not None and self._buffered >= CHANGE_GROUP_BYTES:
+                parts, self._rows, self._buffered = self._rows, [], 0
+                self._spill(parts)
 
     def rows_later(self, kind: str, rows: Callable[[], pa.Table]) -> None:
         """Rows changed as ``kind`` that readers can also tell from the commit's file
@@ -108,6 +129,17 @@ class ChangeRecorder:
         """Whether the commit's changes need change files (some change is row-level)."""
         return self._row_level
 
+    def _parts(self, read_live: Callable[[Sequence[AddFile]], pa.Table]) -> Iterator[tuple[str, pa.Table]]:
+        """Every change not written yet, (kind, rows), each file read only when reached."""
+        rows, self._rows, self._buffered = self._rows, [], 0
+        yield from rows
+        for kind, later in self._later:
+            yield kind, later()
+        for f in self._removed:
+            yield DELETE, read_live([f])
+        for f in self._added:
+            yield INSERT, read_live([f])
+
     def write(
         self,
         fs: fsspec.AbstractFileSystem,
@@ -119,28 +151,42 @@ class ChangeRecorder:
         target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
     ) -> list[AddCDCFile]:
         """Write the change files, if the commit needs them; the ``cdc`` actions. The rows
-        are conformed to ``schema`` (the table's, with its column mapping metadata)."""
+        are conformed to ``schema`` (the table's, with its column mapping metadata) and
+        written in groups of about :data:`CHANGE_GROUP_BYTES`."""
         if not self._row_level:
             return []
-        parts = list(self._rows)
-        parts.extend((kind, rows()) for kind, rows in self._later)
-        if self._removed:
-            parts.append((DELETE, read_live(self._removed)))
-        if self._added:
-            parts.append((INSERT, read_live(self._added)))
+        out: list[AddCDCFile] = []
+        group: list[tuple[str, pa.Table]] = []
+        size = 0
+        for kind, rows in self._parts(read_live):
+            group.append((kind, rows))
+            size += rows.nbytes
+            if size >= CHANGE_GROUP_BYTES:
+                out += self.write_parts(fs, root, schema, partition_columns, group, target_file_size)
+                group, size = [], 0
+        if group:
+            out += self.write_parts(fs, root, schema, partition_columns, group, target_file_size)
+        return out
+
+    @classmethod
+    def write_parts(
+        cls,
+        fs: fsspec.AbstractFileSystem,
+        root: str,
+        schema: pa.Schema,
+        partition_columns: Sequence[str],
+        parts: ChangeParts,
+        target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+    ) -> list[AddCDCFile]:
+        """Change rows, (kind, rows of the table's columns) pairs, as change files."""
         tables = []
         for kind, rows in parts:
             rows = rows.select([n for n in schema.names if n in rows.column_names])
             rows = rows.append_column(CHANGE_TYPE_COLUMN, pa.repeat(pa.scalar(kind), rows.num_rows))
             tables.append(conform(rows, change_schema(schema), context="change data"))
-        return self.write_rows(
-            fs,
-            root,
-            schema,
-            partition_columns,
-            pa.concat_tables(tables),
-            target_file_size,
-        )
+        if not tables:
+            return []
+        return cls.write_rows(fs, root, schema, partition_columns, pa.concat_tables(tables), target_file_size)
 
     @staticmethod
     def write_rows(

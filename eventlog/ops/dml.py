@@ -20,9 +20,8 @@ from eventlog.files import row_tracking
 from eventlog.files.change_data import UPDATE_POSTIMAGE, UPDATE_PREIMAGE
 from eventlog.files.constraints import WriteRules
 from eventlog.files.identity import check_not_assigned
-from eventlog.log.actions import AddFile
-from eventlog.ops.common import check_append_only, prepare_rewrite, write_rows
-from eventlog.ops.rows import matching_files, remove_rows
+from eventlog.ops.common import check_append_only
+from eventlog.ops.rows import RewriteSink, matching_files, remove_rows
 from eventlog.txn.plan import Plan, PlanBuilder
 
 
@@ -100,13 +99,15 @@ def update(plan: PlanBuilder, predicate: str | None, assignments: Mapping[str, s
     use_dv = plan.deletion_vectors_enabled
     cdf = plan.change_data_enabled
     hidden = plan.row_id_columns  # row tracking: updated and copied rows keep their ids
-    touched: list[AddFile] = []
-    rewritten: list[pa.Table] = []
-    hits: list[pa.Array] = []  # per rewritten part, which rows are updated (change data)
-    updated = copied = 0
+    rules = WriteRules.of(plan.schema, plan.metadata.configuration)
+    # generated columns not assigned are computed again from the new values (Delta)
+    stale = [c for c, _ in rules.generated if c not in exprs]
+    # file by file: each touched file is read, its new rows queued, then let go
+    sink = RewriteSink(plan, rules, stale=stale, context="update")
+    touched = updated = copied = 0
     for scan, matched in matching_files(plan, files, pred):
         hits_here = matched.size
-        touched.append(scan.add)
+        touched += 1
         updated += hits_here
         if use_dv:
             # The old images become DV-deleted rows; the new images go to a new file: only
@@ -114,30 +115,20 @@ def update(plan: PlanBuilder, predicate: str | None, assignments: Mapping[str, s
             plan.delete_rows(scan.add, matched, scan.deleted, scan.num_rows)
             old = scan.rows_at(matched, hidden=hidden)
             new = apply_assignments(old, None, exprs, plan.schema)
-            rewritten.append(row_tracking.mark_updated(new, hidden))
-            hit: pa.Array = pa.repeat(pa.scalar(True), old.num_rows)
+            if cdf:
+                plan.record_changes(UPDATE_PREIMAGE, old)
+            sink.add(row_tracking.mark_updated(new, hidden), UPDATE_POSTIMAGE if cdf else None)
         else:
             old, hit = scan.live_rows_marked(matched, hidden=hidden)
             copied += old.num_rows - hits_here
             new = apply_assignments(old, hit, exprs, plan.schema)
-            rewritten.append(row_tracking.mark_updated(new, hidden, hit))
-        if cdf:
-            plan.record_changes(UPDATE_PREIMAGE, old.filter(hit))
-            hits.append(hit)
-    if rewritten:
-        rules = WriteRules.of(plan.schema, plan.metadata.configuration)
-        # generated columns not assigned are computed again from the new values (Delta)
-        stale = [c for c, _ in rules.generated if c not in exprs]
-        new_rows = prepare_rewrite(
-            plan, rules, pa.concat_tables(rewritten).drop_columns(stale), plan.schema, context="update"
-        )
-        if cdf:
-            plan.record_changes(UPDATE_POSTIMAGE, new_rows.filter(pa.chunked_array(hits, pa.bool_())))
-        with rules.start_checks(new_rows, plan.schema):  # checked while the files are written
-            if use_dv:
-                plan.flush_deletes()
-            else:
-                plan.remove_files(touched)
-            write_rows(plan, new_rows)
-    plan.add_metrics(numRemovedFiles=len(touched), numUpdatedRows=updated, numCopiedRows=copied)
+            plan.remove_files([scan.add])
+            if cdf:
+                plan.record_changes(UPDATE_PREIMAGE, old.filter(hit))
+            sink.add(row_tracking.mark_updated(new, hidden, hit), UPDATE_POSTIMAGE if cdf else None, hit)
+        del old, new
+    if use_dv and touched:
+        plan.flush_deletes()
+    sink.flush()
+    plan.add_metrics(numRemovedFiles=touched, numUpdatedRows=updated, numCopiedRows=copied)
     return plan.build()

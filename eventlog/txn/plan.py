@@ -28,7 +28,7 @@ from pyroaring import BitMap64, FrozenBitMap64
 from eventlog import expr as ex
 from eventlog.errors import InvalidInputError, InvalidTextError, TransactionStateError
 from eventlog.files import row_tracking
-from eventlog.files.change_data import ChangeRecorder, cdf_enabled
+from eventlog.files.change_data import ChangeParts, ChangeRecorder, cdf_enabled
 from eventlog.files.column_mapping import with_mode
 from eventlog.files.datafiles import delete_files
 from eventlog.files.deletion_vectors import dv_file_path, write_deletion_vectors
@@ -122,7 +122,7 @@ class PlanBuilder:
         self._adds: list[AddFile] = []
         self._removes: list[RemoveFile] = []
         self._cdc: list[AddCDCFile] = []
-        self._changes = ChangeRecorder()
+        self._changes = ChangeRecorder(self._spill_changes)
         self._created: list[str] = []  # data files written (relative paths)
         self._metadata = metadata
         self._protocol = protocol
@@ -341,6 +341,16 @@ class PlanBuilder:
         """The change files staged so far."""
         return tuple(self._cdc)
 
+    def _spill_changes(self, parts: ChangeParts) -> None:
+        """Write a group of change rows as change files now (a large operation's change data
+        is not kept until :meth:`build`); staged like the rest, deleted if the commit fails."""
+        fs, root, parts_cols = self.table.log.fs, self.table.log.root, self.metadata.partition_columns
+        self._stage_changes(ChangeRecorder.write_parts(fs, root, self.schema, parts_cols, parts))
+
+    def _stage_changes(self, cdc: Sequence[AddCDCFile]) -> None:
+        self._cdc.extend(cdc)
+        self._created.extend(c.path for c in cdc)
+
     def _write_changes(self) -> None:
         """The change data files of the commit, if its changes need them."""
         if not self._changes.needs_files:
@@ -350,9 +360,8 @@ class PlanBuilder:
         cdc = self._changes.write(
             fs, root, schema, parts, lambda files: read_live_rows(fs, root, files, schema, parts)
         )
-        self._changes = ChangeRecorder()
-        self._cdc.extend(cdc)
-        self._created.extend(c.path for c in cdc)
+        self._changes = ChangeRecorder(self._spill_changes)
+        self._stage_changes(cdc)
 
     def record_compaction(self, sources: Sequence[CompactionSource]) -> None:
         """Declare where compacted files' rows went (lets row-level resolution remap them)."""
