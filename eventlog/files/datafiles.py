@@ -66,7 +66,7 @@ _STATS_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eventlog-sta
 _PARALLEL_STATS_ROWS = 65_536
 
 
-def _partition_dir(partition_columns: Sequence[str], values: Mapping[str, str | None]) -> str:
+def partition_dir(partition_columns: Sequence[str], values: Mapping[str, str | None]) -> str:
     parts = []
     for col in partition_columns:
         v = values.get(col)
@@ -103,71 +103,86 @@ def write_data_files(
     ``cdc-...``). Columns named in ``hidden`` (row tracking's materialized ids, not in the
     table schema) are written as they are, without statistics.
     """
+    check_layout(data.schema, partition_columns, target_file_size, name_prefix)
+    if max_rows_per_file is not None and max_rows_per_file < 1:
+        raise InvalidInputError(f"max_rows_per_file must be positive, got {max_rows_per_file}")
+    if data.num_rows == 0:
+        return []
+    data, pcols, random_dirs = physical_layout(data, partition_columns)
+    # Zero-copy: the files hold every column but the partition columns.
+    file_data = data.drop_columns(pcols) if pcols else data
+    file_data = file_data.replace_schema_metadata(None)
+    group_rows = rows_per_group(file_data, target_file_size)
+    if max_rows_per_file is not None:
+        group_rows = min(group_rows, max_rows_per_file)
+    files = FileWriters(
+        fs, root, file_data.schema, data_change=data_change, target_file_size=target_file_size,
+        name_prefix=name_prefix, stem=stem, random_dirs=random_dirs, hidden=hidden,
+    )  # fmt: skip
+    files.dictionary = dictionary_columns(file_data)
+    adds: list[AddFile] = []
+    try:
+        if not pcols:
+            adds += _write_group(files, file_data, {}, "", None, group_rows, max_rows_per_file)
+        else:
+            for values, indices in partition_groups(data, pcols):
+                pdir = partition_dir(pcols, values)
+                part = None if len(indices) == data.num_rows else indices
+                adds += _write_group(files, file_data, values, pdir, part, group_rows, max_rows_per_file)
+    except BaseException:
+        files.delete_started()
+        raise
+    return adds
+
+
+def physical_layout(data: pa.Table, partition_columns: Sequence[str]) -> tuple[pa.Table, list[str], bool]:
+    """``data`` and its partition columns as the files and partition values name them, and
+    whether each file goes in a random-prefix directory.
+
+    Column mapping: files, statistics and partition values use physical names, and the
+    files of a partitioned table go in random-prefix directories (as Delta's writer does),
+    since directories named after logical columns would go stale on a rename."""
+    pcols = list(partition_columns)
+    if not cm.is_mapped(data.schema):
+        return data, pcols, False
+    names = {f.name: cm.physical_name(f) for f in data.schema}
+    return cm.to_physical(data, data.schema), [names[c] for c in pcols], bool(pcols)
+
+
+def check_layout(
+    schema: pa.Schema, partition_columns: Sequence[str], target_file_size: int, name_prefix: str | None
+) -> None:
+    """InvalidInputError (or UnknownColumnError) unless rows of ``schema`` can be written as
+    files of a table partitioned by ``partition_columns``."""
     pcols = list(partition_columns)
     for c in pcols:
-        if c not in data.column_names:
-            raise UnknownColumnError(c, data.column_names, "partition columns")
-        t = data.schema.field(c).type
+        if c not in schema.names:
+            raise UnknownColumnError(c, schema.names, "partition columns")
+        t = schema.field(c).type
         if pa.types.is_nested(t) or pa.types.is_null(t):
             raise InvalidInputError(
                 f"partition column {c!r} has type {t}, which cannot be a partition column"
             )
     if len(set(pcols)) != len(pcols):
         raise InvalidInputError(f"duplicate partition columns {pcols}")
-    if pcols and len(pcols) == data.num_columns:
+    if pcols and len(pcols) == len(schema):
         raise InvalidInputError("cannot use all columns as partition columns: no data columns would remain")
-    if max_rows_per_file is not None and max_rows_per_file < 1:
-        raise InvalidInputError(f"max_rows_per_file must be positive, got {max_rows_per_file}")
     if target_file_size < 1:
         raise InvalidInputError(f"target_file_size must be positive, got {target_file_size}")
     if name_prefix is not None and not _NAME_PREFIX.fullmatch(name_prefix):
         raise InvalidInputError(
             f"name_prefix must be 1-200 letters, digits, '-', '_' or '.', got {name_prefix!r}"
         )
-    if data.num_rows == 0:
-        return []
-    random_dirs = False
-    if cm.is_mapped(data.schema):
-        # Column mapping: files, statistics and partition values use physical names, and the
-        # files of a partitioned table go in random-prefix directories (as Delta's writer
-        # does), since directories named after logical columns would go stale on a rename.
-        names = {f.name: cm.physical_name(f) for f in data.schema}
-        pcols = [names[c] for c in pcols]
-        data = cm.to_physical(data, data.schema)
-        random_dirs = bool(pcols)
-
-    # Zero-copy: the files hold every column but the partition columns.
-    file_data = data.drop_columns(pcols) if pcols else data
-    file_data = file_data.replace_schema_metadata(None)
-    row_bytes = max(1, file_data.nbytes // max(1, data.num_rows))
-    rows_per_group = max(
-        1, min(_MAX_ROW_GROUP_ROWS, min(target_file_size, _MAX_ROW_GROUP_BYTES) // row_bytes)
-    )
-    if max_rows_per_file is not None:
-        rows_per_group = min(rows_per_group, max_rows_per_file)
-    writer = _Writer(fs, root.rstrip("/"), file_data, data_change, target_file_size, max_rows_per_file)
-    writer.name_prefix = f"{name_prefix}-" if name_prefix else ""
-    writer.stem = stem
-    writer.random_dirs = random_dirs
-    writer.stats_schema = pa.schema([f for f in file_data.schema if f.name not in set(hidden)])
-    try:
-        if not pcols:
-            writer.write_group({}, "", None, rows_per_group)
-        else:
-            for values, indices in _partition_groups(data, pcols):
-                pdir = _partition_dir(pcols, values)
-                writer.write_group(
-                    values, pdir, None if len(indices) == data.num_rows else indices, rows_per_group
-                )
-    except BaseException:
-        delete_files(fs, root, writer.started)
-        raise
-    return writer.adds
 
 
-def _partition_groups(
-    data: pa.Table, pcols: list[str]
-) -> list[tuple[dict[str, str | None], pa.ChunkedArray]]:
+def rows_per_group(file_data: pa.Table, target_file_size: int) -> int:
+    """Rows of one row group: about 64 MB (or the target file size, if smaller) of
+    ``file_data``'s rows, at most 1M rows."""
+    row_bytes = max(1, int(file_data.nbytes) // max(1, file_data.num_rows))
+    return max(1, int(min(_MAX_ROW_GROUP_ROWS, min(target_file_size, _MAX_ROW_GROUP_BYTES) // row_bytes)))
+
+
+def partition_groups(data: pa.Table, pcols: list[str]) -> list[tuple[dict[str, str | None], pa.ChunkedArray]]:
     """(encoded partition values, row indices) per distinct partition, rows in input order.
 
     Works on slices of ``_GROUP_SLICE_ROWS`` rows with plain compute kernels (dictionary
@@ -220,109 +235,169 @@ def _flat_namespace(fs: fsspec.AbstractFileSystem) -> bool:
     return bool(_OBJECT_STORES & set(protocols))
 
 
-class _Writer:
-    """Writes the files of one ``write_data_files`` call and collects their add actions."""
+class FileWriters:
+    """Opens the data files of one write (:meth:`open`) and keeps what cleanup needs: the
+    ``add.path`` of every file started."""
 
     def __init__(
         self,
         fs: fsspec.AbstractFileSystem,
         root: str,
-        file_data: pa.Table,
+        schema: pa.Schema,
+        *,
         data_change: bool,
         target_file_size: int,
-        max_rows: int | None,
+        name_prefix: str | None = None,
+        stem: str = "part",
+        random_dirs: bool = False,
+        hidden: Sequence[str] = (),
     ) -> None:
         self.fs = fs
-        self.root = root
-        self.file_data = file_data
-        self.schema = file_data.schema
+        self.root = root.rstrip("/")
+        self.schema = schema  # of the files: partition columns left out
         self.data_change = data_change
         self.target = target_file_size
-        self.max_rows = max_rows
-        self.adds: list[AddFile] = []
         self.started: list[str] = []  # add.path of every file opened, for cleanup on failure
         self.made_dirs: set[str] = set()
-        self.dictionary: list[str] | bool | None = None  # decided on the first file
-        self.name_prefix = ""  # "<prefix>-" of every file name, or ""
-        self.stem = "part"  # the first word of every file name
-        self.random_dirs = False  # each file in a random-prefix directory instead of ``pdir``
-        self.stats_schema = self.schema  # the columns statistics are gathered on
+        self.dictionary: list[str] | bool = True  # the columns to dictionary-encode
+        self.name_prefix = f"{name_prefix}-" if name_prefix else ""  # of every file name
+        self.stem = stem  # the first word of every file name
+        self.random_dirs = random_dirs  # each file in a random-prefix directory instead of ``pdir``
+        self.stats_schema = pa.schema([f for f in schema if f.name not in set(hidden)])
+
+    def open(self, values: Mapping[str, str | None], pdir: str) -> DataFileWriter:
+        """A new data file of the partition ``values`` (directory ``pdir``)."""
+        if self.random_dirs:
+            pdir = "".join(random.choices(_PREFIX_CHARS, k=_RANDOM_PREFIX_LENGTH))
+        directory = f"{self.root}/{pdir}" if pdir else self.root
+        if directory not in self.made_dirs:
+            if not _flat_namespace(self.fs):  # an object store has no directories to make
+                self.fs.makedirs(directory, exist_ok=True)
+            self.made_dirs.add(directory)
+        name = f"{self.stem}-{self.name_prefix}{len(self.started):05d}-{uuid.uuid4()}.c000.snappy.parquet"
+        rel = quote(f"{pdir}/{name}" if pdir else name, safe="/=")
+        self.started.append(rel)
+        return DataFileWriter(self, f"{directory}/{name}", rel, dict(values))
+
+    def delete_started(self) -> None:
+        """Delete every file this write started (it failed)."""
+        delete_files(self.fs, self.root, self.started)
+
+
+class DataFileWriter:
+    """One open data file: row groups are written with :meth:`write`, statistics gathered
+    as they go; :meth:`close` returns the file's add action."""
+
+    def __init__(self, files: FileWriters, path: str, rel: str, values: dict[str, str | None]) -> None:
+        self.files = files
+        self.rel = rel
+        self.values = values
+        self.rows = 0
+        self._stats = StatsAccumulator(files.stats_schema)
+        self._pending: Future[None] | None = None
+        self._sink = self._open_sink(path)
+        try:
+            self._writer = pq.ParquetWriter(
+                self._sink, files.schema, use_dictionary=files.dictionary, **_WRITE_OPTIONS
+            )
+        except BaseException:
+            self._sink.close()
+            raise
 
     def _open_sink(self, path: str) -> Any:
         """A writable file: pyarrow's native file on local disks (no Python-level write
         calls per page), an fsspec file elsewhere."""
-        if isinstance(self.fs, LocalFileSystem):
+        if isinstance(self.files.fs, LocalFileSystem):
             return pa.OSFile(path, "wb")
-        return self.fs.open(path, "wb")
+        return self.files.fs.open(path, "wb")
 
-    def write_group(
-        self, values: dict[str, str | None], pdir: str, indices: pa.ChunkedArray | None, rows_per_group: int
-    ) -> None:
-        total = self.file_data.num_rows if indices is None else len(indices)
-        pos = 0
-        while pos < total:
-            if self.random_dirs:
-                pdir = "".join(random.choices(_PREFIX_CHARS, k=_RANDOM_PREFIX_LENGTH))
-            directory = f"{self.root}/{pdir}" if pdir else self.root
-            if directory not in self.made_dirs:
-                if not _flat_namespace(self.fs):  # an object store has no directories to make
-                    self.fs.makedirs(directory, exist_ok=True)
-                self.made_dirs.add(directory)
-            name = f"{self.stem}-{self.name_prefix}{len(self.started):05d}-{uuid.uuid4()}.c000.snappy.parquet"
-            rel = f"{pdir}/{name}" if pdir else name
-            self.started.append(quote(rel, safe="/="))
-            stats = StatsAccumulator(self.stats_schema)
-            pending: Future[None] | None = None
-            rows = 0
-            if self.dictionary is None:
-                self.dictionary = dictionary_columns(self.file_data)
-            with self._open_sink(f"{directory}/{name}") as sink:
-                with pq.ParquetWriter(
-                    sink, self.schema, use_dictionary=self.dictionary, **_WRITE_OPTIONS
-                ) as writer:
-                    while pos < total:
-                        n = min(rows_per_group, total - pos)
-                        if self.max_rows is not None:
-                            n = min(n, self.max_rows - rows)
-                        # Only one row group is materialised at a time: slices are zero-copy,
-                        # and a take copies just the rows of this row group.
-                        if indices is None:
-                            chunk = self.file_data.slice(pos, n)
-                        else:
-                            chunk = self.file_data.take(indices.slice(pos, n))
-                        # Statistics of this row group are computed on another thread while
-                        # Parquet encodes it (both release the GIL); one update at a time
-                        # keeps the accumulator single-threaded.
-                        if pending is not None:
-                            pending.result()
-                            pending = None
-                        measured = chunk
-                        if self.stats_schema is not self.schema:
-                            measured = chunk.select(self.stats_schema.names)
-                        if chunk.num_rows >= _PARALLEL_STATS_ROWS:
-                            pending = _STATS_POOL.submit(stats.update, measured)
-                        else:  # a thread hand-off costs more than small statistics
-                            stats.update(measured)
-                        writer.write_table(chunk, row_group_size=n)
-                        pos += n
-                        rows += n
-                        if self.max_rows is not None and rows >= self.max_rows:
-                            break
-                        if sink.tell() >= self.target:
-                            break
-                size = int(sink.tell())
-            if pending is not None:
-                pending.result()
-            self.adds.append(
-                AddFile(
-                    path=self.started[-1],
-                    partition_values=dict(values),
-                    size=size,
-                    modification_time=int(time.time() * 1000),
-                    data_change=self.data_change,
-                    stats=stats.to_json(),
+    @property
+    def size(self) -> int:
+        """Bytes written so far (complete row groups)."""
+        return int(self._sink.tell())
+
+    def write(self, chunk: pa.Table) -> None:
+        """Write ``chunk`` as one row group."""
+        # Statistics of this row group are computed on another thread while Parquet encodes
+        # it (both release the GIL); one update at a time keeps the accumulator
+        # single-threaded.
+        self._wait_stats()
+        measured = chunk
+        if self.files.stats_schema is not self.files.schema:
+            measured = chunk.select(self.files.stats_schema.names)
+        if chunk.num_rows >= _PARALLEL_STATS_ROWS:
+            self._pending = _STATS_POOL.submit(self._stats.update, measured)
+        else:  # a thread hand-off costs more than small statistics
+            self._stats.update(measured)
+        self._writer.write_table(chunk, row_group_size=chunk.num_rows)
+        self.rows += chunk.num_rows
+
+    def _wait_stats(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def close(self) -> AddFile:
+        """Finish the file; its add action."""
+        try:
+            self._writer.close()
+            size = self.size
+        finally:
+            self._sink.close()
+        self._wait_stats()
+        return AddFile(
+            path=self.rel,
+            partition_values=dict(self.values),
+            size=size,
+            modification_time=int(time.time() * 1000),
+            data_change=self.files.data_change,
+            stats=self._stats.to_json(),
+        )
+
+    def discard(self) -> None:
+        """Close without finishing (the write failed; the file is deleted with the others)."""
+        with contextlib.suppress(Exception):
+            self._wait_stats()
+        with contextlib.suppress(Exception):
+            self._writer.close()
+        with contextlib.suppress(Exception):
+            self._sink.close()
+
+
+def _write_group(
+    files: FileWriters,
+    file_data: pa.Table,
+    values: dict[str, str | None],
+    pdir: str,
+    indices: pa.ChunkedArray | None,
+    group_rows: int,
+    max_rows: int | None,
+) -> list[AddFile]:
+    """Write the rows ``indices`` of ``file_data`` (all when None) as files of one partition,
+    each closed once it reaches the target size or ``max_rows``."""
+    adds = []
+    total = file_data.num_rows if indices is None else len(indices)
+    pos = 0
+    while pos < total:
+        out = files.open(values, pdir)
+        try:
+            while pos < total:
+                n = min(group_rows, total - pos)
+                if max_rows is not None:
+                    n = min(n, max_rows - out.rows)
+                # Only one row group is materialised at a time: slices are zero-copy, and a
+                # take copies just the rows of this row group.
+                out.write(
+                    file_data.slice(pos, n) if indices is None else file_data.take(indices.slice(pos, n))
                 )
-            )
+                pos += n
+                if (max_rows is not None and out.rows >= max_rows) or out.size >= files.target:
+                    break
+        except BaseException:
+            out.discard()
+            raise
+        adds.append(out.close())
+    return adds
 
 
 def dictionary_columns(data: pa.Table) -> list[str] | bool:

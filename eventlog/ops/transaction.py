@@ -33,6 +33,7 @@ from eventlog.ops import (
     type_change,
     write,
 )
+from eventlog.ops.common import Rows
 from eventlog.ops.merge import MergeBuilder
 from eventlog.txn.transaction import CoreTransaction
 
@@ -42,12 +43,12 @@ __all__ = ["Transaction"]
 class Transaction(CoreTransaction):
     """One atomic change to a table, with the operations users run on it."""
 
-    def append(self, data: pa.Table | pa.RecordBatch, *, schema_mode: str | None = None) -> None:
+    def append(self, data: Rows, *, schema_mode: str | None = None) -> None:
         self.run(lambda plan: write.append(plan, data, schema_mode=schema_mode))
 
     def overwrite(
         self,
-        data: pa.Table | pa.RecordBatch,
+        data: Rows,
         *,
         replace_where: str | None = None,
         schema_mode: str | None = None,

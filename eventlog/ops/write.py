@@ -5,7 +5,7 @@ or its ``replace_where`` predicate."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -15,47 +15,97 @@ from eventlog import expr as ex
 from eventlog.errors import (
     InvalidInputError,
 )
-from eventlog.files.change_data import INSERT
-from eventlog.files.constraints import PendingChecks, WriteRules
+from eventlog.files.constraints import WriteRules
+from eventlog.files.datastream import DataFileStream
 from eventlog.files.enforce import merge_schema
 from eventlog.files.schema import canonical_schema
 from eventlog.log.actions import AddFile, Metadata
 from eventlog.ops.alter import change_schema
-from eventlog.ops.common import check_append_only, to_arrow_table, write_rows
+from eventlog.ops.common import (
+    RowStream,
+    check_append_only,
+    file_rows,
+    input_rows,
+    table_target_size,
+    write_rows,
+)
 from eventlog.ops.rows import remove_rows
 from eventlog.snapshot.protocol import protocol_for
 from eventlog.txn.plan import Plan, PlanBuilder
 
 
-def _prepare_data(
-    plan: PlanBuilder, data: Any, schema_mode: str | None, context: str
-) -> tuple[pa.Table, PendingChecks]:
-    """The rows to write, and their CHECK rules under way (wait before committing)."""
-    table = to_arrow_table(data)
+def _input_schema(
+    plan: PlanBuilder, data: Any, schema_mode: str | None
+) -> tuple[pa.Table | RowStream, pa.Schema]:
+    """The rows a write was given (whole or a stream), and the schema they are written with
+    (the table's, merged with theirs under ``schema_mode="merge"``)."""
     if schema_mode not in (None, "merge"):
         raise InvalidInputError(f"schema_mode must be None or 'merge', got {schema_mode!r}")
+    rows = input_rows(data)
     schema = plan.schema
-    if schema_mode == "merge":
-        merged = merge_schema(schema, canonical_schema(table.schema))
+    if schema_mode == "merge" and rows.schema is not None:
+        merged = merge_schema(schema, canonical_schema(rows.schema))
         if not merged.equals(schema):
             change_schema(plan, merged)
             schema = plan.schema  # as staged (column mapping gives new fields physical names)
-    table = plan.generate_identity(table, schema, context)  # identity columns left out
+    return rows, schema
+
+
+def write_input(
+    plan: PlanBuilder,
+    rows: pa.Table | RowStream,
+    schema: pa.Schema,
+    context: str,
+    check: Callable[[pa.Table], None] | None = None,
+) -> tuple[list[AddFile], int]:
+    """Write rows a user gave (a whole table or a stream) as new data files of the table of
+    ``schema``, and stage their adds: identity values generated, the rows conformed, NOT
+    NULL, generated columns and CHECK rules enforced, ``check`` run on them; the files and
+    the row count. A stream is written chunk by chunk (:mod:`eventlog.files.datastream`);
+    if anything fails on the way, every file already written is deleted."""
     rules = WriteRules.of(schema, plan.metadata.configuration)
-    table = rules.prepare(table, schema, context=context)
-    return table, rules.start_checks(table, schema)
+
+    def conformed(chunk: pa.Table) -> pa.Table:
+        chunk = plan.generate_identity(chunk, schema, context)  # identity columns left out
+        return rules.prepare(chunk, schema, context=context)
+
+    if isinstance(rows, pa.Table):
+        table = conformed(rows)
+        with rules.start_checks(table, schema):  # the rules are checked while the files are written
+            if check is not None:
+                check(table)
+            return write_rows(plan, table), table.num_rows
+    stream: DataFileStream | None = None
+    try:
+        for chunk in rows.chunks:
+            table = conformed(chunk)
+            with rules.start_checks(table, schema):
+                if check is not None:
+                    check(table)
+                body, hidden = file_rows(plan, table)
+                if stream is None:
+                    stream = DataFileStream(
+                        plan.table.log.fs, plan.table.log.root,
+                        partition_columns=plan.metadata.partition_columns,
+                        target_file_size=table_target_size(plan), hidden=hidden,
+                    )  # fmt: skip
+                stream.write(body)
+        adds = stream.close() if stream is not None else []
+    except BaseException:
+        if stream is not None:
+            stream.abort()
+        raise
+    plan.add_files(adds)
+    return adds, stream.num_rows if stream is not None else 0
 
 
 def append(plan: PlanBuilder, data: Any, *, schema_mode: str | None = None) -> Plan:
     """Blind append: reads nothing, so it cannot conflict with concurrent data changes."""
     parts = list(plan.metadata.partition_columns)
     plan.set_operation("WRITE", {"mode": "Append", "partitionBy": parts})
-    table, checks = _prepare_data(plan, data, schema_mode, "append")
-    with checks:  # the rules are checked while the files are written
-        adds = write_rows(plan, table)
-    plan.add_metrics(
-        numFiles=len(adds), numOutputRows=table.num_rows, numOutputBytes=sum(a.size for a in adds)
-    )
+    rows, schema = _input_schema(plan, data, schema_mode)
+    adds, count = write_input(plan, rows, schema, "append")
+    plan.add_metrics(numFiles=len(adds), numOutputRows=count, numOutputBytes=sum(a.size for a in adds))
     return plan.build()
 
 
@@ -74,22 +124,25 @@ def overwrite(
 ) -> Plan:
     """Replace the table's rows (or the rows matching ``replace_where``) with ``data``."""
     _begin_overwrite(plan, replace_where)
-    table, checks = _prepare_data(plan, data, schema_mode, "overwrite")
-    with checks:  # the rules are checked while the table is read and the files written
-        pred = plan.parse_predicate(replace_where, "replace_where") if replace_where is not None else None
-        if pred is not None:
-            ok = ex.evaluate_mask(pred, table)
-            if pc.sum(ok).as_py() != table.num_rows and table.num_rows:
-                raise InvalidInputError(
-                    f"Data written out does not match replaceWhere '{replace_where}': "
-                    f"{table.num_rows - (pc.sum(ok).as_py() or 0)} rows fall outside it"
-                )
-        files = plan.scan(pred)
-        removed, deleted_rows, copied = remove_rows(plan, files, pred)
-        plan.record_changes(INSERT, table)
-        adds = write_rows(plan, table)
+    rows, schema = _input_schema(plan, data, schema_mode)
+    pred = plan.parse_predicate(replace_where, "replace_where") if replace_where is not None else None
+
+    def inside(table: pa.Table) -> None:
+        if pred is None or not table.num_rows:
+            return
+        ok = pc.sum(ex.evaluate_mask(pred, table)).as_py() or 0
+        if ok != table.num_rows:
+            raise InvalidInputError(
+                f"Data written out does not match replaceWhere '{replace_where}': "
+                f"{table.num_rows - ok} rows fall outside it"
+            )
+
+    adds, count = write_input(plan, rows, schema, "overwrite", inside)
+    plan.record_added_files(adds)
+    files = plan.scan(pred)
+    removed, deleted_rows, copied = remove_rows(plan, files, pred)
     plan.add_metrics(
-        numFiles=len(adds), numOutputRows=table.num_rows, numRemovedFiles=removed,
+        numFiles=len(adds), numOutputRows=count, numRemovedFiles=removed,
         numDeletedRows=deleted_rows, numCopiedRows=copied,
     )  # fmt: skip
     return plan.build()

@@ -23,7 +23,6 @@ import pyarrow as pa
 
 from eventlog import expr as ex
 from eventlog.errors import InvalidInputError, TableAlreadyExistsError, VersionNotFoundError
-from eventlog.files.constraints import WriteRules
 from eventlog.files.identity import check_identity_schema
 from eventlog.files.schema import canonical_schema
 from eventlog.log.audit import audit_key_from_env
@@ -40,10 +39,11 @@ from eventlog.ops.alter import (
     validate_properties,
 )
 from eventlog.ops.clustering import stage_new_clustering
-from eventlog.ops.common import to_arrow_table, write_rows
+from eventlog.ops.common import Rows, input_rows
 from eventlog.ops.merge import TableMergeBuilder
 from eventlog.ops.transaction import Transaction
 from eventlog.ops.vacuum import vacuum as vacuum_table
+from eventlog.ops.write import write_input
 from eventlog.snapshot import Snapshot
 from eventlog.snapshot.loader import checkpoint_due, load_snapshot, write_snapshot_checkpoint
 from eventlog.snapshot.new_table import check_partition_by, new_table_metadata
@@ -141,9 +141,9 @@ class Table(AlterTable, TableChanges, TableScan, DropFeature, ClusteredTable):
         if latest >= 0:
             table.close()
             raise TableAlreadyExistsError(log.uri, latest)
-        rows = to_arrow_table(data) if data is not None else None
+        rows = input_rows(data) if data is not None else None
         if schema is None:
-            if rows is None:
+            if rows is None or rows.schema is None:
                 raise InvalidInputError("Table.create needs a schema or data")
             schema = rows.schema
         arrow_schema = canonical_schema(schema)
@@ -162,15 +162,11 @@ class Table(AlterTable, TableChanges, TableScan, DropFeature, ClusteredTable):
         txn.update_metadata(metadata)
         if rows is not None:
             try:
-                rules = WriteRules.of(arrow_schema, props)
-                rows = txn.generate_identity(rows, arrow_schema, "create")
-                rows = rules.prepare(rows, arrow_schema, context="create")
-                with rules.start_checks(rows, arrow_schema):  # checked while the files are written
-                    adds = write_rows(txn, rows)
+                adds, count = write_input(txn, rows, arrow_schema, "create")
             except BaseException:
                 txn.abort()
                 raise
-            txn.add_metrics(numFiles=len(adds), numOutputRows=rows.num_rows)
+            txn.add_metrics(numFiles=len(adds), numOutputRows=count)
         txn.commit()
         table.bind_slots(metadata.id)
         return table
@@ -438,7 +434,7 @@ class Table(AlterTable, TableChanges, TableScan, DropFeature, ClusteredTable):
 
     def append(
         self,
-        data: pa.Table | pa.RecordBatch,
+        data: Rows,
         *,
         schema_mode: str | None = None,
         txn_app_id: str | None = None,
@@ -457,7 +453,7 @@ class Table(AlterTable, TableChanges, TableScan, DropFeature, ClusteredTable):
 
     def overwrite(
         self,
-        data: pa.Table | pa.RecordBatch,
+        data: Rows,
         *,
         replace_where: str | None = None,
         schema_mode: str | None = None,
