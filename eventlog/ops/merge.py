@@ -18,6 +18,8 @@ stages in its own transaction and commits it at once, like ``Table.delete`` and 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Self
 
@@ -34,8 +36,9 @@ from eventlog.files.constraints import WriteRules
 from eventlog.files.identity import check_not_assigned, identity_columns
 from eventlog.files.scan import FileScan, top_level_columns
 from eventlog.log.actions import AddFile
-from eventlog.ops.common import prepare_rewrite, to_arrow_table, write_rows
+from eventlog.ops.common import to_arrow_table
 from eventlog.ops.dml import apply_assignments
+from eventlog.ops.mergejoin import FILE, ROW, SRC, SourceKeys, gather
 from eventlog.ops.mergeplan import (
     ClauseSpec,
     MergeClause,
@@ -47,14 +50,10 @@ from eventlog.ops.mergeplan import (
     clause_cases,
     merge_metrics,
 )
+from eventlog.ops.rows import RewriteSink
 from eventlog.txn.plan import Plan, PlanBuilder
 from eventlog.txn.transaction import CommitResult
 from eventlog.txn.transaction import CoreTransaction as Transaction
-
-_FILE = "__eventlog_file"
-_ROW = "__eventlog_row"
-_SRC = "__eventlog_src"
-_IDX = "__eventlog_idx"
 
 
 class _MergeClauses:
@@ -87,6 +86,9 @@ class _MergeClauses:
         self.not_matched: list[MergeClause[str]] = []
         self.by_source: list[MergeClause[str]] = []
         self._out: PlanBuilder = txn  # the plan being built (set by plan_merge)
+        self._needed: list[str] = []  # the target columns the MERGE reads (set by _plan)
+        self._scans: dict[int, FileScan] = {}  # the target file being merged, by file id
+        self._whole: dict[int, tuple[pa.Table, np.ndarray]] = {}  # its every live row, positions
 
     # ------------------------------------------------------------------ clauses
 
@@ -150,78 +152,123 @@ class _MergeClauses:
         return plan.build()
 
     def _plan(self, files: list[AddFile], merge: MergePlan[str]) -> dict[str, int]:
+        """File by file: each target file is read (the columns the MERGE reads), joined with
+        the source, given to the clauses and, when touched, rewritten (or its rows marked
+        in a deletion vector) before the next one is read, so the target rows held are
+        about one file's; the source is held whole (it is the caller's table). The rows no
+        target row matched are inserted last."""
         plan = self._out
         schema = self.target_schema
-        target_pred = merge.target_predicate
-        target = self._read_target(files, target_pred)
+        self._needed = self._needed_columns()
+        source = self.source.append_column(SRC, pa.array(np.arange(self.source.num_rows, dtype=np.int64)))
+        keys = SourceKeys(source, list(merge.keys), schema)
+        rules = WriteRules.of(schema, plan.metadata.configuration)
+        # generated columns no clause assigns are computed from the rows' new values
+        assigned = {c for clause in (*self.matched, *self.not_matched) for c in clause.assignments}
+        stale = [c for c, _ in rules.generated if c not in assigned]
+        sink = RewriteSink(plan, rules, stale=stale, context="merge")
+        matched_sources = np.zeros(source.num_rows, dtype=np.bool_)
+        counts = _Counts()
+        repeated = 0  # target rows more than one source row matched (the cardinality rule)
+        s = self.source_alias
+        for fid, f in enumerate(files):
+            self._open(fid, f)
+            target = self._read_target(fid, merge.target_predicate)
+            joined = self._join(target, source, keys, merge)
+            if merge.matched and merge.checks_cardinality and joined.num_rows:
+                repeated += _repeated(joined, self.target_alias)
+            if repeated:  # the MERGE fails: the other files are only counted
+                continue
+            matched_sources[joined.column(f"{s}.{SRC}").to_numpy()] = True
+            self._merge_file(fid, f, target, joined, merge, sink, counts)
+        self._scans, self._whole = {}, {}
+        if repeated:
+            raise cardinality_error(repeated)
+        inserted = self._insert(source, matched_sources, merge)
+        if inserted is not None:  # the new images end the rewritten rows, then inserts
+            sink.add(inserted, INSERT if plan.change_data_enabled else None)
+        if plan.deletion_vectors_enabled and counts.files:
+            plan.flush_deletes()
+        sink.flush()
+        return merge_metrics(
+            files_removed=counts.files,
+            updated=counts.updated,
+            deleted=counts.deleted,
+            inserted=inserted.num_rows if inserted is not None else 0,
+            source_rows=self.source.num_rows,
+            by_source_updated=counts.by_source_updated,
+            by_source_deleted=counts.by_source_deleted,
+        )
+
+    def _open(self, fid: int, f: AddFile) -> None:
+        """Open target file ``fid``, letting the previous one go."""
+        plan = self._out
+        scan = FileScan(
+            plan.table.log.fs, plan.table.log.root, f, self.target_schema, plan.metadata.partition_columns
+        )
+        self._scans = {fid: scan}
+        self._whole = {}  # file id: every live row, positions (read once, if needed)
+
+    def _join(self, target: pa.Table, source: pa.Table, keys: SourceKeys, merge: MergePlan[str]) -> pa.Table:
+        """The (target, source) row pairs ON holds for, columns named ``alias.column``."""
         join_filter = merge.join_filter  # the target rows that may match
         if join_filter is not None and target.num_rows:
             eligible = target.filter(ex.evaluate_mask(join_filter, target))
         else:
             eligible = target
-        source = self.source.append_column(_SRC, pa.array(np.arange(self.source.num_rows, dtype=np.int64)))
-        pairs = _join(eligible, source, list(merge.keys))
-        joined = _gather(eligible, source, pairs, self.target_alias, self.source_alias)
+        joined = gather(eligible, source, keys.join(eligible), self.target_alias, self.source_alias)
         if merge.residual and joined.num_rows:
             keep = ex.evaluate_mask(ex.conjoin(merge.residual), joined, self._resolve)
             joined = joined.filter(keep)
-        matched_sources = set(joined.column(f"{self.source_alias}.{_SRC}").to_pylist())
+        return joined
+
+    def _merge_file(
+        self,
+        fid: int,
+        f: AddFile,
+        target: pa.Table,
+        joined: pa.Table,
+        merge: MergePlan[str],
+        sink: RewriteSink,
+        counts: _Counts,
+    ) -> None:
+        """Apply the clauses to the rows of target file ``fid`` and, if it is touched, queue
+        its rewrite (or mark its rows in a deletion vector) and its change data."""
+        plan = self._out
         updates, deletes = self._apply_matched(joined, merge)
-        by_source = (0, 0)
         if merge.not_matched_by_source:
             updates, deletes, by_source = self._apply_by_source(target, joined, updates, deletes, merge)
-        inserted = self._insert(source, matched_sources, merge)
-        touched_ids = (
-            set(updates.column(f"{self.target_alias}.{_FILE}").to_pylist()) if updates.num_rows else set()
-        )
-        touched_ids |= set(deletes.keys())
-        touched = [files[i] for i in sorted(touched_ids)]
-        if plan.change_data_enabled:
+            counts.by_source_updated += by_source[0]
+            counts.by_source_deleted += by_source[1]
+        deleted = sum(len(v) for v in deletes.values())
+        if not updates.num_rows and not deleted:
+            return
+        counts.files += 1
+        counts.updated += updates.num_rows
+        counts.deleted += deleted
+        cdf = plan.change_data_enabled
+        if cdf:
             self._record_deletes(deletes)
         if plan.deletion_vectors_enabled:
             # Old images of updated rows and deleted rows become DV deletes; only the new
             # images are written.
-            self._delete_by_dv(files, touched_ids, updates, deletes)
-            rewritten = self._new_images(updates) if updates.num_rows else None
+            self._delete_by_dv(fid, f, updates, deletes)
         else:
-            rewritten = self._rewrite(touched_ids, updates, deletes)
-            plan.remove_files(touched)
-        out_parts = [t for t in (rewritten, inserted) if t is not None and t.num_rows]
-        if out_parts:
-            rules = WriteRules.of(schema, plan.metadata.configuration)
-            # generated columns no clause assigns are computed from the rows' new values
-            assigned = {c for clause in (*self.matched, *self.not_matched) for c in clause.assignments}
-            stale = [c for c, _ in rules.generated if c not in assigned]
-            parts = [part.drop_columns(stale) for part in out_parts]
-            rows = pa.concat_tables(parts, promote_options="default")  # nullability may differ
-            rows = prepare_rewrite(plan, rules, rows, schema, context="merge")
-            if plan.change_data_enabled:  # the new images end the rewritten rows, then inserts
-                n_new = rewritten.num_rows if rewritten is not None else 0
-                plan.record_changes(UPDATE_POSTIMAGE, rows.slice(n_new - updates.num_rows, updates.num_rows))
-                plan.record_changes(INSERT, rows.slice(n_new))
-            with rules.start_checks(rows, schema):  # checked while the files are written
-                write_rows(plan, rows)
-        return merge_metrics(
-            files_removed=len(touched),
-            updated=updates.num_rows,
-            deleted=sum(len(v) for v in deletes.values()),
-            inserted=inserted.num_rows if inserted is not None else 0,
-            source_rows=self.source.num_rows,
-            by_source_updated=by_source[0],
-            by_source_deleted=by_source[1],
-        )
+            sink.add(self._rewrite(fid, updates, deletes))
+            plan.remove_files([f])
+        if updates.num_rows:
+            sink.add(self._new_images(updates), UPDATE_POSTIMAGE if cdf else None)
 
     def _record_deletes(self, deletes: dict[int, set[int]]) -> None:
         """The change data of the target rows the MERGE deletes (the old images of updated
         rows are recorded as they are read, :meth:`_apply_matched`)."""
-        if deletes:
-            ids = [(fid, rid) for fid, rids in sorted(deletes.items()) for rid in sorted(rids)]
-            fids = pa.chunked_array([pa.array([f for f, _ in ids], pa.int64())])
-            rids = pa.chunked_array([pa.array([r for _, r in ids], pa.int64())])
+        for fid, rids in sorted(deletes.items()):
+            positions = np.fromiter(sorted(rids), dtype=np.int64)
             if self._out.deletion_vectors_enabled:  # readers tell DV deletes from the DVs
-                self._out.record_changes_later(DELETE, lambda: self._full_rows(fids, rids))
+                self._out.record_changes_later(DELETE, functools.partial(self._scans[fid].rows_at, positions))
             else:
-                self._out.record_changes(DELETE, self._full_rows(fids, rids))
+                fids = pa.chunked_array([pa.array(np.full(len(positions), fid), pa.int64())])
+                self._out.record_changes(DELETE, self._full_rows(fids, pa.chunked_array([positions])))
 
     def _needed_columns(self) -> list[str]:
         """The target columns the join, the ON condition and the clauses read (schema order)."""
@@ -234,29 +281,14 @@ class _MergeClauses:
         wanted = {c for e in exprs for c in top_level_columns(e, self.target_schema, qualifier=t)}
         return [n for n in self.target_schema.names if n in wanted]
 
-    def _read_target(self, files: list[AddFile], target_pred: ex.Expr | None) -> pa.Table:
-        """The live target rows of ``files`` that may satisfy ``target_pred``: only the
+    def _read_target(self, fid: int, target_pred: ex.Expr | None) -> pa.Table:
+        """The live target rows of file ``fid`` that may satisfy ``target_pred``: only the
         columns the MERGE reads (:meth:`_needed_columns`), of only the row groups whose
         statistics allow ``target_pred``, with their file id and physical position. Full
         rows are read later, for the rows that need them (:meth:`_full_rows`)."""
-        plan = self._out
-        self._needed = self._needed_columns()
-        self._scans: list[FileScan] = []
-        self._whole: dict[int, tuple[pa.Table, np.ndarray]] = {}  # file id: every live row, positions
-        parts = []
-        for i, f in enumerate(files):
-            scan = FileScan(
-                plan.table.log.fs, plan.table.log.root, f, self.target_schema, plan.metadata.partition_columns
-            )
-            self._scans.append(scan)
-            rows, positions = scan.live_rows(self._needed, skip_by=target_pred)
-            rows = rows.append_column(_FILE, pa.array(np.full(rows.num_rows, i, dtype=np.int64)))
-            rows = rows.append_column(_ROW, pa.array(positions))
-            parts.append(rows)
-        if not parts:
-            needed = pa.schema([self.target_schema.field(n) for n in self._needed])
-            return needed.append(pa.field(_FILE, pa.int64())).append(pa.field(_ROW, pa.int64())).empty_table()
-        return pa.concat_tables(parts)
+        rows, positions = self._scans[fid].live_rows(self._needed, skip_by=target_pred)
+        rows = rows.append_column(FILE, pa.array(np.full(rows.num_rows, fid, dtype=np.int64)))
+        return rows.append_column(ROW, pa.array(positions))
 
     def _whole_file(self, fid: int) -> tuple[pa.Table, np.ndarray]:
         """Every live row of file ``fid`` (all columns) and their physical positions, read once."""
@@ -307,25 +339,21 @@ class _MergeClauses:
         """(updated target rows with file/row ids, {file id: deleted row ids})."""
         t = self.target_alias
         deletes: dict[int, set[int]] = {}
-        empty_updates = pa.table({f"{t}.{_FILE}": pa.array([], pa.int64())})
+        empty_updates = pa.table({f"{t}.{FILE}": pa.array([], pa.int64())})
         if not merge.matched or joined.num_rows == 0:
             return empty_updates, deletes
-        ids = pc.add(pc.multiply(joined[f"{t}.{_FILE}"], 1 << 32), joined[f"{t}.{_ROW}"])
-        counts = pc.value_counts(ids)
-        if merge.checks_cardinality and pc.max(counts.field("counts")).as_py() > 1:
-            raise cardinality_error(int(pc.sum(pc.greater(counts.field("counts"), 1)).as_py()))
         updated: list[pa.Table] = []
         for clause, rows in self._rows_per_clause(merge.matched, joined):
             if clause.kind == "delete":
                 for fid, rid in zip(
-                    rows[f"{t}.{_FILE}"].to_pylist(), rows[f"{t}.{_ROW}"].to_pylist(), strict=True
+                    rows[f"{t}.{FILE}"].to_pylist(), rows[f"{t}.{ROW}"].to_pylist(), strict=True
                 ):
                     deletes.setdefault(fid, set()).add(rid)
             else:
                 if len(self._needed) == len(self.target_schema.names):
                     target_cols = pa.table({n: rows[f"{t}.{n}"] for n in self.target_schema.names})
                 else:  # the joined rows hold only the columns the MERGE reads
-                    target_cols = self._full_rows(rows[f"{t}.{_FILE}"], rows[f"{t}.{_ROW}"])
+                    target_cols = self._full_rows(rows[f"{t}.{FILE}"], rows[f"{t}.{ROW}"])
                 self._out.record_changes(UPDATE_PREIMAGE, target_cols)  # change data: old images
                 new = apply_assignments(
                     target_cols,
@@ -335,8 +363,8 @@ class _MergeClauses:
                     source=rows,
                     resolve=self._resolve,
                 )
-                new = new.append_column(f"{t}.{_FILE}", rows[f"{t}.{_FILE}"])
-                new = new.append_column(f"{t}.{_ROW}", rows[f"{t}.{_ROW}"])
+                new = new.append_column(f"{t}.{FILE}", rows[f"{t}.{FILE}"])
+                new = new.append_column(f"{t}.{ROW}", rows[f"{t}.{ROW}"])
                 updated.append(new)
         return (pa.concat_tables(updated) if updated else empty_updates), deletes
 
@@ -355,20 +383,20 @@ class _MergeClauses:
         matched = np.zeros(0, dtype=np.int64)
         if joined.num_rows:
             matched = np.unique(
-                joined[f"{t}.{_FILE}"].to_numpy().astype(np.int64) * (1 << 32)
-                + joined[f"{t}.{_ROW}"].to_numpy().astype(np.int64)
+                joined[f"{t}.{FILE}"].to_numpy().astype(np.int64) * (1 << 32)
+                + joined[f"{t}.{ROW}"].to_numpy().astype(np.int64)
             )
-        ids = target[_FILE].to_numpy().astype(np.int64) * (1 << 32) + target[_ROW].to_numpy().astype(np.int64)
+        ids = target[FILE].to_numpy().astype(np.int64) * (1 << 32) + target[ROW].to_numpy().astype(np.int64)
         alone = target.filter(pa.array(~np.isin(ids, matched)))
         if not alone.num_rows:
             return updates, deletes, (0, 0)
-        full = self._full_rows(alone[_FILE], alone[_ROW])
+        full = self._full_rows(alone[FILE], alone[ROW])
         env = pa.table({f"{t}.{n}": full[n] for n in full.column_names})
-        env = env.append_column(f"{t}.{_FILE}", alone[_FILE]).append_column(f"{t}.{_ROW}", alone[_ROW])
+        env = env.append_column(f"{t}.{FILE}", alone[FILE]).append_column(f"{t}.{ROW}", alone[ROW])
         new_updates: list[pa.Table] = []
         counts = [0, 0]
         for clause, rows in self._rows_per_clause(merge.not_matched_by_source, env):
-            fids, positions = rows[f"{t}.{_FILE}"].to_pylist(), rows[f"{t}.{_ROW}"].to_pylist()
+            fids, positions = rows[f"{t}.{FILE}"].to_pylist(), rows[f"{t}.{ROW}"].to_pylist()
             if clause.kind == "delete":
                 for fid, rid in zip(fids, positions, strict=True):
                     deletes.setdefault(fid, set()).add(rid)
@@ -379,20 +407,20 @@ class _MergeClauses:
             new = apply_assignments(
                 old, None, clause.assignments, self.target_schema, source=rows, resolve=self._resolve
             )
-            new = new.append_column(f"{t}.{_FILE}", rows[f"{t}.{_FILE}"])
-            new_updates.append(new.append_column(f"{t}.{_ROW}", rows[f"{t}.{_ROW}"]))
+            new = new.append_column(f"{t}.{FILE}", rows[f"{t}.{FILE}"])
+            new_updates.append(new.append_column(f"{t}.{ROW}", rows[f"{t}.{ROW}"]))
             counts[0] += rows.num_rows
         if new_updates:
             parts = ([updates] if updates.num_rows else []) + new_updates
             updates = pa.concat_tables(parts)
         return updates, deletes, (counts[0], counts[1])
 
-    def _insert(self, source: pa.Table, matched: set[int], merge: MergePlan[str]) -> pa.Table | None:
+    def _insert(self, source: pa.Table, matched: np.ndarray, merge: MergePlan[str]) -> pa.Table | None:
+        """The rows WHEN NOT MATCHED clauses insert, of the source rows ``matched`` (a mask)
+        leaves out."""
         if not merge.not_matched:
             return None
-        src_ids = source[_SRC]
-        unmatched_mask = pc.invert(pc.is_in(src_ids, pa.array(sorted(matched), pa.int64())))
-        rows = source.filter(unmatched_mask)
+        rows = source.filter(pa.array(~matched))
         s = self.source_alias
         env = pa.table({f"{s}.{n}": rows[n] for n in self.source.schema.names}) if rows.num_rows else None
         if env is None:
@@ -416,44 +444,25 @@ class _MergeClauses:
             out.append(rows.select(self.target_schema.names))
         return pa.concat_tables(out) if out else None
 
-    def _delete_by_dv(
-        self, files: list[AddFile], touched: set[int], updates: pa.Table, deletes: dict[int, set[int]]
-    ) -> None:
+    def _dropped(self, fid: int, updates: pa.Table, deletes: dict[int, set[int]]) -> np.ndarray:
+        """Physical positions (ascending) of file ``fid``'s updated and deleted rows."""
         t = self.target_alias
-        rows_by_file: dict[int, set[int]] = {fid: set(rids) for fid, rids in deletes.items()}
+        gone = set(deletes.get(fid, ()))
         if updates.num_rows:
-            for fid, rid in zip(
-                updates[f"{t}.{_FILE}"].to_pylist(), updates[f"{t}.{_ROW}"].to_pylist(), strict=True
-            ):
-                rows_by_file.setdefault(fid, set()).add(rid)
-        for fid in sorted(touched):
-            scan = self._scans[fid]
-            positions = np.fromiter(sorted(rows_by_file.get(fid, ())), dtype=np.int64)
-            self._out.delete_rows(files[fid], positions, scan.deleted, scan.num_rows)
-        self._out.flush_deletes()
+            gone.update(updates[f"{t}.{ROW}"].to_pylist())
+        return np.fromiter(sorted(gone), dtype=np.int64, count=len(gone))
 
-    def _rewrite(self, touched: set[int], updates: pa.Table, deletes: dict[int, set[int]]) -> pa.Table | None:
-        """Every row of the touched files but the updated and deleted ones, then the updates."""
-        if not touched:
-            return None
-        t = self.target_alias
-        drop: dict[int, set[int]] = {fid: set(rids) for fid, rids in deletes.items()}
-        if updates.num_rows:
-            for fid, rid in zip(
-                updates[f"{t}.{_FILE}"].to_pylist(), updates[f"{t}.{_ROW}"].to_pylist(), strict=True
-            ):
-                drop.setdefault(fid, set()).add(rid)
-        parts = []
-        hidden = self._out.row_id_columns
-        for fid in sorted(touched):
-            rows, live = self._whole_file(fid)
-            gone = np.fromiter(drop.get(fid, ()), dtype=np.int64)
-            kept = pc.invert(pc.is_in(pa.array(live), pa.array(gone, pa.int64())))
-            copied = live[kept.to_numpy(zero_copy_only=False)]
-            parts.append(self._scans[fid].tracked(rows.filter(kept), copied, hidden))
-        if updates.num_rows:
-            parts.append(self._new_images(updates))
-        return pa.concat_tables(parts)
+    def _delete_by_dv(self, fid: int, f: AddFile, updates: pa.Table, deletes: dict[int, set[int]]) -> None:
+        scan = self._scans[fid]
+        self._out.delete_rows(f, self._dropped(fid, updates, deletes), scan.deleted, scan.num_rows)
+
+    def _rewrite(self, fid: int, updates: pa.Table, deletes: dict[int, set[int]]) -> pa.Table:
+        """Every live row of file ``fid`` but the updated and deleted ones (the rows copied)."""
+        rows, live = self._whole_file(fid)
+        gone = self._dropped(fid, updates, deletes)
+        kept = pc.invert(pc.is_in(pa.array(live), pa.array(gone, pa.int64())))
+        copied = live[kept.to_numpy(zero_copy_only=False)]
+        return self._scans[fid].tracked(rows.filter(kept), copied, self._out.row_id_columns)
 
     def _new_images(self, updates: pa.Table) -> pa.Table:
         """The updated rows as written: the target's columns and, with row tracking, each
@@ -463,8 +472,8 @@ class _MergeClauses:
         if hidden is None:
             return rows
         t = self.target_alias
-        fids = updates[f"{t}.{_FILE}"].to_numpy()
-        positions = updates[f"{t}.{_ROW}"].to_numpy()
+        fids = updates[f"{t}.{FILE}"].to_numpy()
+        positions = updates[f"{t}.{ROW}"].to_numpy()
         ids: list[pa.Table] = []
         for fid in np.unique(fids):
             at = np.flatnonzero(fids == fid)
@@ -492,31 +501,19 @@ class TableMergeBuilder(_MergeClauses):
         return self.txn.commit()
 
 
-def _join(target: pa.Table, source: pa.Table, keys: list[tuple[str, str]]) -> pa.Table:
-    """(target row index, target file, target row, source row) where all key pairs are equal
-    and non-null; the index is the row's index in ``target``."""
-    tk = [k for k, _ in keys]
-    sk = [k for _, k in keys]
-    names = [f"k{i}" for i in range(len(tk))]
-    left = target.select([*tk, _FILE, _ROW]).rename_columns([*names, _FILE, _ROW])
-    left = left.append_column(_IDX, pa.array(np.arange(left.num_rows, dtype=np.int64)))
-    right = source.select([*sk, _SRC]).rename_columns([*names, _SRC])
-    for i in range(len(keys)):
-        left = left.filter(pc.is_valid(left[f"k{i}"]))
-        right = right.filter(pc.is_valid(right[f"k{i}"]))
-        lt, rt = left.schema.field(f"k{i}").type, right.schema.field(f"k{i}").type
-        if lt != rt:
-            try:
-                right = right.set_column(i, f"k{i}", pc.cast(right[f"k{i}"], lt))
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise InvalidInputError(f"merge key types differ: target {lt} vs source {rt}") from exc
-    return left.join(right, keys=names, join_type="inner").select([_IDX, _FILE, _ROW, _SRC])
+@dataclasses.dataclass
+class _Counts:
+    """What a MERGE changed in the target files so far (its metrics)."""
+
+    files: int = 0
+    updated: int = 0
+    deleted: int = 0
+    by_source_updated: int = 0
+    by_source_deleted: int = 0
 
 
-def _gather(target: pa.Table, source: pa.Table, pairs: pa.Table, t: str, s: str) -> pa.Table:
-    """The target and source rows of each matched pair, columns named ``alias.column``."""
-    trows = target.take(pairs[_IDX])
-    srows = source.take(pairs[_SRC])
-    cols = {f"{t}.{n}": trows[n] for n in trows.schema.names}
-    cols.update({f"{s}.{n}": srows[n] for n in srows.schema.names})
-    return pa.table(cols)
+def _repeated(joined: pa.Table, t: str) -> int:
+    """How many target rows of ``joined`` more than one source row matched."""
+    ids = pc.add(pc.multiply(joined[f"{t}.{FILE}"], 1 << 32), joined[f"{t}.{ROW}"])
+    counts = pc.value_counts(ids).field("counts")
+    return int(pc.sum(pc.greater(counts, 1)).as_py() or 0)
