@@ -65,6 +65,10 @@ _WRITE_OPTIONS: dict[str, Any] = dict(
 _STATS_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eventlog-stats")
 _PARALLEL_STATS_ROWS = 65_536
 
+# Row groups of a stream are encoded here while the caller prepares the next (a file's
+# row groups one at a time, in order; two files at once).
+_ENCODE_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="eventlog-encode")
+
 
 def partition_dir(partition_columns: Sequence[str], values: Mapping[str, str | None]) -> str:
     parts = []
@@ -264,6 +268,7 @@ class FileWriters:
         self.stem = stem  # the first word of every file name
         self.random_dirs = random_dirs  # each file in a random-prefix directory instead of ``pdir``
         self.stats_schema = pa.schema([f for f in schema if f.name not in set(hidden)])
+        self.background = False  # Parquet-encode each row group on another thread
 
     def open(self, values: Mapping[str, str | None], pdir: str) -> DataFileWriter:
         """A new data file of the partition ``values`` (directory ``pdir``)."""
@@ -294,7 +299,8 @@ class DataFileWriter:
         self.values = values
         self.rows = 0
         self._stats = StatsAccumulator(files.stats_schema)
-        self._pending: Future[None] | None = None
+        self._pending: Future[None] | None = None  # statistics of the last row group
+        self._encoding: Future[None] | None = None  # the last row group, in the background
         self._sink = self._open_sink(path)
         try:
             self._writer = pq.ParquetWriter(
@@ -313,11 +319,14 @@ class DataFileWriter:
 
     @property
     def size(self) -> int:
-        """Bytes written so far (complete row groups)."""
+        """Bytes written so far (complete row groups; waits for one being encoded)."""
+        self._wait_encoding()
         return int(self._sink.tell())
 
     def write(self, chunk: pa.Table) -> None:
-        """Write ``chunk`` as one row group."""
+        """Write ``chunk`` as one row group. With ``files.background``, Parquet encodes it on
+        another thread while the caller goes on (the next call waits for it)."""
+        self._wait_encoding()
         # Statistics of this row group are computed on another thread while Parquet encodes
         # it (both release the GIL); one update at a time keeps the accumulator
         # single-threaded.
@@ -329,7 +338,12 @@ class DataFileWriter:
             self._pending = _STATS_POOL.submit(self._stats.update, measured)
         else:  # a thread hand-off costs more than small statistics
             self._stats.update(measured)
-        self._writer.write_table(chunk, row_group_size=chunk.num_rows)
+        if self.files.background:
+            self._encoding = _ENCODE_POOL.submit(
+                self._writer.write_table, chunk, row_group_size=chunk.num_rows
+            )
+        else:
+            self._writer.write_table(chunk, row_group_size=chunk.num_rows)
         self.rows += chunk.num_rows
 
     def _wait_stats(self) -> None:
@@ -337,11 +351,17 @@ class DataFileWriter:
             pending, self._pending = self._pending, None
             pending.result()
 
+    def _wait_encoding(self) -> None:
+        if self._encoding is not None:
+            encoding, self._encoding = self._encoding, None
+            encoding.result()
+
     def close(self) -> AddFile:
         """Finish the file; its add action."""
         try:
+            self._wait_encoding()
             self._writer.close()
-            size = self.size
+            size = int(self._sink.tell())
         finally:
             self._sink.close()
         self._wait_stats()
@@ -356,6 +376,8 @@ class DataFileWriter:
 
     def discard(self) -> None:
         """Close without finishing (the write failed; the file is deleted with the others)."""
+        with contextlib.suppress(Exception):
+            self._wait_encoding()
         with contextlib.suppress(Exception):
             self._wait_stats()
         with contextlib.suppress(Exception):

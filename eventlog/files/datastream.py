@@ -8,8 +8,10 @@ partition's buffered rows become a row group once they reach the row-group size 
 64 MB, judged on the first chunk, as for a whole table), and its file is closed, and a new
 one started, once it reaches the target file size. When the buffers of all partitions
 together pass :data:`BUFFER_BYTES`, the largest is written out early as a smaller row
-group. So memory holds at most :data:`BUFFER_BYTES` of buffered rows plus the chunk being
-split, whatever the stream's length.
+group. Row groups are Parquet-encoded on another thread while the next rows come (a
+file's row groups in order, one at a time). So memory holds at most :data:`BUFFER_BYTES`
+of buffered rows, a row group per open file being encoded, and the chunk being split,
+whatever the stream's length.
 
 A failure anywhere (the stream's source, a bad chunk, storage) is handled by the caller
 with :meth:`~DataFileStream.abort`, which deletes every file the stream started.
@@ -60,7 +62,7 @@ class _Partition:
         self.buffered = [rest] if rest.num_rows else []
         self.rows = rest.num_rows
         self.bytes = int(rest.nbytes) if rest.num_rows else 0
-        return head.combine_chunks()
+        return head  # chunked as the batches came: written as one row group, uncopied
 
 
 class DataFileStream:
@@ -118,6 +120,7 @@ class DataFileStream:
                 target_file_size=self._target, random_dirs=random_dirs, hidden=self._hidden,
             )  # fmt: skip
             self._files.dictionary = dictionary_columns(file_data)
+            self._files.background = True
         if not pcols:
             self._buffer(self._partition({}), file_data)
         else:
@@ -154,12 +157,12 @@ class DataFileStream:
         before = part.bytes
         group = part.take(rows)
         self._buffered -= before - part.bytes
-        if part.file is None:
-            part.file = self._files.open(part.values, part.pdir)
-        part.file.write(group)
-        if part.file.size >= self._target:
+        if part.file is not None and part.file.size >= self._target:  # full: the next file
             file, part.file = part.file, None
             self.adds.append(file.close())
+        if part.file is None:
+            part.file = self._files.open(part.values, part.pdir)
+        part.file.write(group)  # encoded in the background while the next rows come
 
     def close(self) -> list[AddFile]:
         """Write what is buffered, close every file; the add actions of all files."""
