@@ -202,3 +202,26 @@ def test_memory_holds_the_buffers_not_the_stream(tmp_path: Path, monkeypatch: py
     t.append(source())
     assert t.to_arrow(columns=["id"]).num_rows == 30 * batch_rows
     assert peak < 80 * 1024 * 1024, f"peak Arrow memory {peak / 2**20:.0f} MB"
+
+
+def test_a_storage_failure_in_the_middle_of_a_transaction_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eventlog.files import datafiles
+
+    t = Table.create(str(tmp_path / "t"), SCHEMA, properties=SMALL_FILES)
+    write = datafiles.DataFileWriter.write
+    groups: list[int] = []
+
+    def failing_disk(self: datafiles.DataFileWriter, chunk: pa.Table) -> None:
+        groups.append(chunk.num_rows)
+        if len(groups) == 6:
+            raise OSError(28, "No space left on device")
+        write(self, chunk)
+
+    monkeypatch.setattr(datafiles.DataFileWriter, "write", failing_disk)
+    txn = t.transaction()
+    with pytest.raises(OSError, match="No space left"):
+        txn.append(pa.RecordBatchReader.from_batches(SCHEMA, _batches(20, 4_000, "2024-01-01")))
+    assert len(groups) == 6 and _data_files(t) == set()
+    assert t.refresh().version == 0
