@@ -12,8 +12,10 @@ every row an operation changes and decides, once for the commit:
   (appends, overwrites, partition deletes and DELETE on a DV table cost nothing more, as
   in Delta, whose readers take a DV delete from the difference of the file's DVs); but a
   file with a DV removed whole gets change files, for delta-rs (see ``files_removed``);
-* anything else: one set of change files holding every change of the commit, the
-  inserts and the rows of the removed files included, since readers use only those.
+* anything else: change files holding every change of the commit, the inserts and the
+  rows of the removed files included, since readers use only those. They are written in
+  groups of about :data:`CHANGE_GROUP_BYTES`, some while the operation runs, so a large
+  operation does not keep its changed rows until the commit.
 
 The files hold the table's columns (physical names under column mapping) plus
 ``_change_type`` (``insert``, ``delete``, ``update_preimage``, ``update_postimage``),

@@ -3,10 +3,12 @@
 What the MERGE reads and which clause applies to a row are decided by the shared planner
 (:mod:`eventlog.ops.mergeplan`: the ON split into join keys, target predicate and residual;
 clause resolution and choice; the cardinality rule; commitInfo). This module executes the
-plan with pyarrow: it scans the target files the target predicate keeps, joins them with
-the source on the keys, evaluates the residual and the clauses on the joined rows, and
-rewrites target files holding at least one updated or deleted row (or marks those rows in
-deletion vectors); inserted rows go to new files.
+plan with pyarrow, one target file at a time: it reads a file the target predicate keeps,
+joins it with the source on the keys (:mod:`eventlog.ops.mergejoin`), evaluates the
+residual and the clauses on the joined rows and, if the file holds an updated or deleted
+row, rewrites it (or marks those rows in a deletion vector) before it reads the next one;
+so the target rows held are about one file's, while the source is held whole. Inserted
+rows go to new files, last.
 
 Like every operation, MERGE follows one rule: running it *stages* (plans, writes the new
 files, records the reads) and committing publishes. :class:`MergeBuilder` (from
