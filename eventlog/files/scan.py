@@ -21,8 +21,7 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
-import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 from pyroaring import FrozenBitMap64
 
@@ -174,7 +173,7 @@ class FileScan:
         self.reader = DataFileReader(fs, root, add, schema, partition_columns)
         #: The file on the local filesystem (streamed by :meth:`live_batches`), else None.
         self.local_path = data_file_path(fs, root, add.path) if isinstance(fs, LocalFileSystem) else None
-        self._fragment: ds.ParquetFileFragment | None = None  # of local_path, made on demand
+        self._file: pq.ParquetFile | None = None  # of local_path, opened on demand
         self.num_rows = self.reader.num_rows
         #: Rows the file's current deletion vector deletes (empty without one).
         self.deleted = file_deletes(fs, root, add)
@@ -354,42 +353,57 @@ class FileScan:
     def _group_batches(self, columns: Sequence[str], group: int, batch_size: int) -> Iterator[pa.Table]:
         """``columns`` (logical names) of every row of row group ``group``, in file order,
         in tables of at most ``batch_size`` rows with exactly the table schema's types."""
-        if self.local_path is None:
-            yield from self.reader.read(columns, [group]).to_batches(max_chunksize=batch_size)
-            return
         # The reader's physical schema (in the logical schema's order, id mode's renames in).
         physical = dict(zip(self.schema.names, self.reader.schema.names, strict=True))
-        parts = {physical[c]: c for c in self._partition_columns}
-        file_schema = pa.schema([f for f in self.reader.schema if f.name not in parts])
-        read = [physical[c] for c in columns if physical[c] not in parts]
-        if self._fragment is None:  # the footer read once, each row group a subset of it
-            self._fragment = _STREAM_FORMAT.make_fragment(self.local_path, filesystem=pafs.LocalFileSystem())
-            self._fragment.ensure_complete_metadata()
-        fragment = self._fragment.subset(row_group_ids=[group])
-        dataset = ds.FileSystemDataset([fragment], schema=file_schema, format=_STREAM_FORMAT)
-        # One batch decoded ahead; no pre-buffering of the whole row group's column chunks
-        # (a local read is cheap): the Arrow pool's peak is then about a third lower.
-        batches = dataset.to_batches(
-            columns=read,
-            batch_size=batch_size,
-            batch_readahead=1,
-            fragment_readahead=1,
-            fragment_scan_options=_STREAM_OPTIONS,
-        )
+        parts = {physical[c] for c in self._partition_columns}
         fields = {f.name: f for f in self.reader.schema}
         physical_out = pa.schema([fields[physical[c]] for c in columns])
+        read = [f.name for f in physical_out if f.name not in parts]
+        file = self._parquet_file()
+        in_file = {f.name: f.type for f in file.schema_arrow} if file is not None else {}
+        # A nested column whose type the file holds otherwise (a struct with a field added
+        # later, say) takes the dataset's schema evolution: its row group is read whole.
+        evolved = any(c in in_file and in_file[c] != fields[c].type and pa.types.is_nested(in_file[c])
+                      for c in read)  # fmt: skip
+        if file is None or evolved:
+            rows = self.reader.read(columns, [group])
+            for batch in rows.to_batches(max_chunksize=batch_size):
+                yield pa.Table.from_batches([batch], schema=rows.schema)
+            return
         logical = pa.schema([self.schema.field(c) for c in columns])
+        present = [c for c in read if c in in_file]
+        batches = file.iter_batches(batch_size=batch_size, row_groups=[group], columns=present)
+        if not present:  # only partition columns or columns the file lacks: count the rows
+            total = file.metadata.row_group(group).num_rows
+            sizes = [min(batch_size, total - i) for i in range(0, total, batch_size)]
+            batches = (pa.record_batch([pa.nulls(n)], names=["_"]) for n in sizes)
         for batch in batches:
-            arrays = []
+            n, arrays = batch.num_rows, []
             for f in physical_out:
                 if f.name in parts:
                     value = decode_partition_value(self.add.partition_values.get(f.name), f.type)
-                    arrays.append(pa.repeat(pa.scalar(value, f.type), batch.num_rows))
+                    arrays.append(pa.repeat(pa.scalar(value, f.type), n))
+                elif f.name not in in_file:  # added to the table after this file was written
+                    arrays.append(pa.nulls(n, f.type))
                 else:
                     col = batch.column(f.name)
                     arrays.append(col if col.type == f.type else col.cast(f.type))
             rows = pa.Table.from_arrays(arrays, schema=physical_out)
             yield cm.to_logical(rows, logical) if physical_out.names != logical.names else rows
+
+    def _parquet_file(self) -> pq.ParquetFile | None:
+        """The local file opened for batch reads (its footer from the reader), else None."""
+        if self.local_path is not None and self._file is None:
+            # No pre-buffering of a row group's column chunks: pages are read through a
+            # 1 MB buffer as they are decoded, so memory holds a batch, not a row group.
+            self._file = pq.ParquetFile(
+                self.local_path,
+                metadata=self.reader.metadata,
+                coerce_int96_timestamp_unit="us",  # Spark's INT96 timestamps, as the reader
+                pre_buffer=False,
+                buffer_size=_BUFFER_BYTES,
+            )
+        return self._file
 
     def live_rows_marked(
         self, positions: np.ndarray, *, hidden: tuple[str, str] | None = None
@@ -402,12 +416,8 @@ class FileScan:
         return self.tracked(rows, live, hidden), _bool_array(marked[live])
 
 
-_STREAM_FORMAT = ds.ParquetFileFormat(
-    # As eventlog.files.reader's format: Spark's INT96 timestamps read as microseconds.
-    read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"),
-)
-
-_STREAM_OPTIONS = ds.ParquetFragmentScanOptions(pre_buffer=False, use_buffered_stream=True)
+_BUFFER_BYTES = 1 << 20
+"""Read buffer of :meth:`FileScan.live_batches` over a local file's column chunks."""
 
 
 def _filtered(
