@@ -9,13 +9,17 @@ admit the filter, decoded ``batch_size`` rows at a time, each batch with its del
 vector rows dropped (by physical position), the filter applied, partition columns filled
 in, and column mapping's physical names turned back into the table's. Memory grows with
 the batch size and the row-group size, not with the file or the table (a file on a
-non-local filesystem is fetched whole first, as every read of it is).
+non-local filesystem is fetched whole first, as every read of it is). A background thread
+reads and decodes up to :data:`READ_AHEAD` batches ahead of the consumer (:func:`read_ahead`).
 
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Iterator, Sequence
+from typing import Any, TypeVar
 
 import fsspec
 import pyarrow as pa
@@ -30,10 +34,13 @@ from eventlog.log.filetable import add_files
 from eventlog.snapshot.projection import Snapshot
 from eventlog.snapshot.read import checked_columns
 
-__all__ = ["DEFAULT_BATCH_ROWS", "scan_snapshot"]
+__all__ = ["DEFAULT_BATCH_ROWS", "read_ahead", "scan_snapshot"]
 
 DEFAULT_BATCH_ROWS = 131_072
 """Rows per batch when the caller gives no ``batch_size`` (pyarrow's dataset default)."""
+
+READ_AHEAD = 2
+"""Batches a scan's background thread reads and decodes ahead of its consumer."""
 
 
 def scan_snapshot(
@@ -81,4 +88,48 @@ def scan_snapshot(
                     root, data_file_path(fs, root, add.path), snapshot.version
                 ) from exc
 
-    return pa.RecordBatchReader.from_batches(out, batches())
+    return pa.RecordBatchReader.from_batches(out, read_ahead(batches(), READ_AHEAD))
+
+
+T = TypeVar("T")
+_ITEM, _END, _ERROR = 0, 1, 2  # what read_ahead's queue holds: an item, the end, an error
+
+
+def read_ahead(source: Iterator[T], depth: int) -> Iterator[T]:
+    """The items of ``source``, produced by a background thread up to ``depth`` ahead of the
+    consumer: the next batch is read and decoded (pyarrow releases the GIL) while the caller
+    works on the last one. Errors of ``source`` are raised here, in order; the thread stops
+    when this generator is closed or garbage-collected."""
+    q: queue.Queue[tuple[int, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: tuple[int, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for item in source:
+                if not put((_ITEM, item)):
+                    return
+            put((_END, None))
+        except BaseException as exc:  # handed to the consumer, raised there
+            put((_ERROR, exc))
+
+    thread = threading.Thread(target=work, name="eventlog-scan-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, item = q.get()
+            if kind == _END:
+                return
+            if kind == _ERROR:
+                raise item
+            yield item
+    finally:
+        stop.set()

@@ -3,7 +3,11 @@ as to_arrow, read lazily, and readable by DuckDB."""
 
 from __future__ import annotations
 
+import gc
 import os
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +17,7 @@ import pytest
 
 from eventlog import Table
 from eventlog.errors import DataFileNotFoundError, InvalidInputError, UnknownColumnError
+from eventlog.snapshot.stream import read_ahead
 from tests.conftest import SCHEMA, rows
 
 PROPS: list[dict[str, str]] = [
@@ -97,3 +102,28 @@ def test_to_pandas(local_uri: str) -> None:
     t = _table(local_uri, {"delta.enableDeletionVectors": "true"})
     df = t.to_pandas(filter="id > 20", columns=["id", "x"])
     assert sorted(df["id"].tolist()) == [22, 23, 24] and list(df.columns) == ["id", "x"]
+
+
+def test_read_ahead_thread_stops_with_an_abandoned_reader(local_uri: str) -> None:
+    t = _table(local_uri, {})
+    reader = t.scan(batch_size=1)
+    assert reader.read_next_batch().num_rows == 1  # the thread is reading ahead now
+    assert any(th.name == "eventlog-scan-read-ahead" for th in threading.enumerate())
+    del reader
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while any(th.name == "eventlog-scan-read-ahead" for th in threading.enumerate()):
+        assert time.monotonic() < deadline, "the read-ahead thread outlived its reader"
+        time.sleep(0.05)
+
+
+def test_read_ahead_keeps_order_and_raises_errors_in_place() -> None:
+    def source() -> Iterator[int]:
+        yield from range(50)
+        raise ValueError("source failed")
+
+    got: list[int] = []
+    with pytest.raises(ValueError, match="source failed"):
+        for item in read_ahead(source(), 2):
+            got.append(item)
+    assert got == list(range(50))
