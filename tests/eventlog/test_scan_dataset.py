@@ -254,3 +254,28 @@ def test_to_polars_without_polars(local_uri: str, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setitem(sys.modules, "polars", None)
     with pytest.raises(ImportError, match="pip install polars"):
         t.to_polars()
+
+
+@pytest.mark.parametrize(
+    "props",
+    [
+        {"delta.enableTypeWidening": "true"},
+        {"delta.columnMapping.mode": "name", "delta.enableTypeWidening": "true"},
+        {"delta.columnMapping.mode": "id", "delta.enableTypeWidening": "true"},
+    ],
+    ids=["plain", "name-mapped", "id-mapped"],
+)
+def test_scan_of_files_written_before_schema_changes(local_uri: str, props: dict[str, str]) -> None:
+    schema = pa.schema([("id", pa.int32()), ("s", pa.struct([("a", pa.int32())])), ("p", pa.string())])
+    t = Table.create(local_uri, schema, partition_by=["p"], properties=props)
+    t.append(pa.table({"id": [1, 2], "s": [{"a": 1}, {"a": 2}], "p": ["x", "y"]}, schema=schema))
+    t.change_column_type("id", pa.int64())  # old files hold int32
+    t.add_columns([pa.field("note", pa.string())])  # old files lack it
+    if "delta.columnMapping.mode" in props:
+        t.rename_column("id", "key")
+    t = Table.open(local_uri)
+    want = t.to_arrow()
+    got = t.scan(batch_size=1).read_all()
+    assert got.schema == want.schema and got.schema.field(0).type == pa.int64()
+    assert _sorted(got) == _sorted(want) and got.column("note").null_count == 2
+    assert _sorted(t.scan(columns=["note", "p"]).read_all()) == _sorted(t.to_arrow(columns=["note", "p"]))
