@@ -10,6 +10,7 @@ top.
 
 from __future__ import annotations
 
+import enum
 import functools
 import itertools
 import logging
@@ -177,6 +178,14 @@ def _release_quietly(release: Callable[[], None], uri: str) -> None:
         logger.warning("%s: releasing the slot store failed: %s", uri, exc)
 
 
+class Published(enum.IntEnum):
+    """The outcome of :meth:`CommitLog.publish_claimed` (false only for ``TAKEN``)."""
+
+    TAKEN = 0  # another writer's commit is at the version: claim the next one
+    VISIBLE = 1  # the commit file is in the log
+    PENDING = 2  # decided by the claim; a reader publishes it from the staged commit
+
+
 class CommitLog:
     """Commits of one table: reading, caching, latest version, publishing, repair."""
 
@@ -342,14 +351,24 @@ class CommitLog:
         (:meth:`eventlog.log.recovery.SlotRecovery.repair`)."""
         return self.recovery.repair(dry_run=dry_run, limit=limit, accept_lost=frozenset(accept_lost))
 
-    def publish_claimed(self, version: int, staged_name: str, data: bytes, txn_id: str) -> bool:
+    def publish_claimed(self, version: int, staged_name: str, data: bytes, txn_id: str) -> Published:
         """Make a version this process claimed visible (idempotent with recovery).
 
-        False when the log already holds *another* commit at ``version``: a writer that
+        ``TAKEN`` when the log already holds *another* commit at ``version``: a writer that
         does not use this slot store (e.g. another Delta library) took it. The caller then
         treats the version as lost and retries above it.
+
+        ``PENDING`` when storage failed while publishing (no space, an I/O or object-store
+        error): the claim and the staged commit already decide the version, so it is
+        committed, and the next reader publishes it from the staged commit (as Delta's
+        external log stores ignore a failed copy once their entry is in). The caller must
+        then keep the staged commit.
         """
-        if not self.log.publish(version, staged_name, data):
+        try:
+            published = self.log.publish(version, staged_name, data)
+        except Exception as exc:
+            return self._after_failed_publish(version, txn_id, exc)
+        if not published:
             existing = self.read_commit(version, required=True)
             assert existing is not None
             info = existing.commit_info
@@ -360,10 +379,33 @@ class CommitLog:
                     self.uri,
                     txn_id,
                 )
-                return False
+                return Published.TAKEN
         self._note_digest(version, data)
         self.slots.mark_complete(self.key, version)
-        return True
+        return Published.VISIBLE
+
+    def _after_failed_publish(self, version: int, txn_id: str, error: Exception) -> Published:
+        """What a publish that raised left: the commit file may have been written anyway."""
+        try:
+            existing = self.read_commit(version, required=False)
+        except Exception:
+            existing = None
+        if existing is not None:
+            info = existing.commit_info
+            if info is None or info.txn_id != txn_id:
+                return Published.TAKEN
+            self.slots.mark_complete(self.key, version)
+            return Published.VISIBLE
+        logger.warning(
+            "txn %s claimed version %s of %s but publishing it failed (%s: %s); the claim and its "
+            "staged commit stand, and the next reader publishes it",
+            txn_id,
+            version,
+            self.uri,
+            type(error).__name__,
+            error,
+        )
+        return Published.PENDING
 
     def commits_between(self, first: int, last: int) -> list[Commit]:
         """Commits ``first..last`` (inclusive), read from the log or the cache."""

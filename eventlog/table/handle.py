@@ -28,7 +28,7 @@ from eventlog.files.schema import canonical_schema
 from eventlog.log.audit import audit_key_from_env
 from eventlog.log.cleanup import cleanup_cutoff_ms
 from eventlog.log.commit import Commit
-from eventlog.log.commitlog import CommitLog, SlotsSpec, acquire_slots
+from eventlog.log.commitlog import CommitLog, Published, SlotsSpec, acquire_slots
 from eventlog.log.storage import LogStore, open_log_store
 from eventlog.log.verify import VerifyReport
 from eventlog.log.verify import verify as verify_log
@@ -350,7 +350,7 @@ class Table(AlterTable, TableChanges, TableScan, DropFeature, ClusteredTable):
         """Commits ``first..last`` (inclusive), from the log or the cache."""
         return self.commitlog.commits_between(first, last)
 
-    def publish_claimed(self, version: int, staged_name: str, data: bytes, txn_id: str) -> bool:
+    def publish_claimed(self, version: int, staged_name: str, data: bytes, txn_id: str) -> Published:
         """Make a version this process claimed visible (see :meth:`CommitLog.publish_claimed`)."""
         return self.commitlog.publish_claimed(version, staged_name, data, txn_id)
 

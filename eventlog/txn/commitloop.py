@@ -19,6 +19,7 @@ from eventlog.errors import (
 )
 from eventlog.log.audit import anchor
 from eventlog.log.commit import decode
+from eventlog.log.commitlog import Published
 from eventlog.txn.attempt import CommitAttempt, CommitResult
 from lockstore import SlotClaim, SlotStoreUnavailableError, default_owner
 
@@ -143,7 +144,9 @@ class CommitLoop:
             published = table.publish_claimed(version, attempt.staged_name, data, attempt.txn_id)
         if not published:
             return None  # a writer outside the slot store took this version: retry above it
-        table.log.delete_staged(attempt.staged_name)
         attempt.drop_unreferenced()
+        if published is Published.PENDING:
+            return attempt.result(version, attempts)  # a reader publishes it from the staged file
+        table.log.delete_staged(attempt.staged_name)
         table.note_committed(decode(version, data))
         return attempt.result(version, attempts)

@@ -72,6 +72,7 @@ from eventlog.log.actions import (
 )
 from eventlog.log.audit import anchor, chain_commit
 from eventlog.log.commit import GROUP_FIELD, decode, member_txn_ids
+from eventlog.log.commitlog import Published
 from eventlog.txn.attempt import CommitAttempt, CommitResult
 from eventlog.txn.conflicts import TransactionSummary, WinningCommit
 from lockstore import SlotClaim, SlotStoreUnavailableError, default_owner
@@ -386,8 +387,12 @@ class GroupCommitLoop:
         if not published:
             return None  # a writer outside the slot store took the version: go again
         metrics.observe_group_commit(len(members))
+        pending = published is Published.PENDING  # a reader publishes it from claim.staged
         for member in members[1:]:
-            table.log.delete_staged(member.queued.name)
+            if not (pending and member.queued.name == claim.staged):
+                table.log.delete_staged(member.queued.name)
+        if pending:
+            return self._done(version, keep=claim.staged)
         if claim.staged != self.attempt.staged_name:
             table.log.delete_staged(claim.staged)
         table.note_committed(decode(version, data))
@@ -430,9 +435,12 @@ class GroupCommitLoop:
             members.append(member)
         return members
 
-    def _done(self, version: int) -> CommitResult:
+    def _done(self, version: int, *, keep: str | None = None) -> CommitResult:
+        """The commit landed at ``version``: its staged file goes (unless it is ``keep``,
+        the staged commit of a claim not yet published)."""
         attempt = self.attempt
-        self.table.log.delete_staged(attempt.staged_name)
+        if attempt.staged_name != keep:
+            self.table.log.delete_staged(attempt.staged_name)
         attempt.drop_unreferenced()
         return attempt.result(version, max(self.attempts, 1))
 
