@@ -12,6 +12,7 @@ operations by :mod:`eventlog.ops`, snapshots and checkpoints by :mod:`eventlog.s
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import threading
 import time
@@ -64,6 +65,8 @@ from eventlog.userinput import (
     parse_interval_ms,
 )
 from lockstore import SlotStore
+
+_log = logging.getLogger(__name__)
 
 
 class Table(AlterTable, TableChanges, TableScan, DropFeature, ClusteredTable):
@@ -385,7 +388,10 @@ class Table(AlterTable, TableChanges, TableScan, DropFeature, ClusteredTable):
                 return
             self._snapshot = snap
         if checkpoint_due(snap):
-            self.checkpoint(snap)
+            try:  # an optimization: the commit stands whatever storage says (Delta's postCommit)
+                self.checkpoint(snap)
+            except Exception as exc:
+                _log.warning("%s: checkpoint of version %s failed: %s", self.uri, snap.version, exc)
 
     def checkpoint(self, snapshot: Snapshot | None = None) -> int:
         """Write a Delta checkpoint of ``snapshot`` (default: latest). Returns its version.

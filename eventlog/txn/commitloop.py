@@ -84,9 +84,11 @@ class CommitLoop:
                         unknown = version
                         raise
                     if granted:
+                        attempt.may_still_land = True  # claimed: readers may publish it from now on
                         result = self._published(version, attempts, data)
                         if result is not None:
                             return result
+                        attempt.may_still_land = False  # another writer's commit holds the version
                     log.info(
                         "version %s taken by another writer; retrying",
                         version,

@@ -376,7 +376,10 @@ class GroupCommitLoop:
             if claim.staged != attempt.staged_name:
                 table.log.delete_staged(claim.staged)
             return None
-        return self._publish(version, claim, data, actions, members)
+        attempt.may_still_land = True  # claimed: readers may publish it from now on
+        result = self._publish(version, claim, data, actions, members)
+        attempt.may_still_land = result is not None  # else another writer's commit holds it
+        return result
 
     def _publish(
         self, version: int, claim: SlotClaim, data: bytes, actions: list[Action], members: Sequence[Member]

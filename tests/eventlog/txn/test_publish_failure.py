@@ -61,3 +61,29 @@ def test_a_publish_that_keeps_failing_leaves_the_version_to_readers(
     fresh = Table.open(uri)
     assert sorted(fresh.to_arrow().column("id").to_pylist()) == [7]
     assert fresh.verify().ok and fresh.append(rows([8])).version == 2
+
+
+def test_a_checkpoint_that_fails_after_the_commit_does_not_undo_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checkpoint written after a commit is an optimization: when storage refuses it,
+    the commit stands, its files stay, and the writer is told it committed (Delta's
+    postCommit logs a failed checkpoint and goes on)."""
+    from eventlog.table import handle
+
+    uri = str(tmp_path / "t")
+    t = Table.create(uri, SCHEMA, properties={"delta.checkpointInterval": "2"})
+    t.append(rows([1]))
+
+    def no_space(*args: object, **kwargs: object) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(handle, "write_snapshot_checkpoint", no_space)
+    result = t.append(rows([2]))  # version 2: a checkpoint is due
+    assert result.version == 2
+    monkeypatch.undo()
+    fresh = Table.open(uri)
+    assert sorted(fresh.to_arrow().column("id").to_pylist()) == [1, 2]
+    assert fresh.verify().ok
+    assert not list((Path(uri) / "_delta_log").glob("*.checkpoint.parquet"))
+    assert fresh.append(rows([3])).version == 3
