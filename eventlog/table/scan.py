@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import abc
 import datetime as dt
+import importlib
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -63,10 +64,7 @@ class TableScan(abc.ABC):
         timestamp: dt.datetime | str | int | None = None,
     ) -> Any:
         """The rows as a pandas DataFrame, built from :meth:`scan` (pandas must be installed)."""
-        try:
-            import pandas  # noqa: F401  (the optional dependency; pyarrow converts)
-        except ImportError as exc:
-            raise ImportError("Table.to_pandas needs pandas: pip install pandas") from exc
+        _optional("pandas", "to_pandas")  # pyarrow converts
         return self.scan(filter, columns, version, timestamp=timestamp).read_pandas()
 
     def to_polars(
@@ -79,13 +77,10 @@ class TableScan(abc.ABC):
     ) -> Any:
         """The rows as a polars DataFrame, built batch by batch from :meth:`scan` (polars
         must be installed)."""
-        try:
-            import polars as pl
-        except ImportError as exc:
-            raise ImportError("Table.to_polars needs polars: pip install polars") from exc
+        pl = _optional("polars", "to_polars")
         reader = self.scan(filter, columns, version, timestamp=timestamp)
         # A record batch converts to a DataFrame (zero-copy where Arrow allows).
-        frames = [cast(pl.DataFrame, pl.from_arrow(batch)) for batch in reader]
+        frames = [pl.from_arrow(batch) for batch in reader]
         if not frames:
             return pl.from_arrow(reader.schema.empty_table())
         return pl.concat(frames, rechunk=False)
@@ -103,3 +98,11 @@ class TableScan(abc.ABC):
         :meth:`scan`)."""
         snap = self.snapshot(version, timestamp=timestamp)
         return snapshot_dataset(self.log.fs, self.log.root, snap)
+
+
+def _optional(module: str, method: str) -> Any:
+    """The optional dependency ``module``; ImportError with the pip line when missing."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(f"Table.{method} needs {module}: pip install {module}") from exc

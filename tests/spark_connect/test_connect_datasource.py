@@ -86,10 +86,10 @@ def test_read_table_and_to_df_use_the_python_data_source(connect_spark: Any, tmp
     t.close()
 
 
-def _copy_stream(spark: Any, src: str, dst: str, checkpoint: Path) -> None:
-    """eventlog -> eventlog: the streaming source and the streaming sink, run to the end
-    (availableNow) from ``checkpoint``; the query must end without an exception."""
-    query = (
+def _stream(spark: Any, src: str, dst: str, checkpoint: Path) -> Any:
+    """eventlog -> eventlog: the streaming source and the streaming sink, started to run to
+    the end (availableNow) from ``checkpoint``."""
+    return (
         spark.readStream.format("eventlog")
         .load(src)
         .writeStream.format("eventlog")
@@ -97,6 +97,11 @@ def _copy_stream(spark: Any, src: str, dst: str, checkpoint: Path) -> None:
         .trigger(availableNow=True)
         .start(dst)
     )
+
+
+def _copy_stream(spark: Any, src: str, dst: str, checkpoint: Path) -> None:
+    """:func:`_stream` run to its end, which must come without an exception."""
+    query = _stream(spark, src, dst, checkpoint)
     query.awaitTermination(120)
     assert query.exception() is None
 
@@ -136,14 +141,7 @@ def test_the_sinks_checkpoint_lease_belongs_to_the_connect_server(
     driver = Path(f"/proc/{holder.info['driverPid']}/cmdline").read_bytes()
     assert b"org.apache.spark.sql.connect.service.SparkConnectServer" in driver
     monkeypatch.delenv(CONNECT_MODE_ENV)  # the classic session's columns, for this part
-    query = (
-        spark.readStream.format("eventlog")
-        .load(src)
-        .writeStream.format("eventlog")
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start(dst)
-    )
+    query = _stream(spark, src, dst, checkpoint)
     try:
         with pytest.raises(StreamingQueryException) as failed:
             query.awaitTermination(120)
