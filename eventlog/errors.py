@@ -16,7 +16,9 @@ Three kinds of failure are distinct types, so callers never have to parse messag
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 # The root classes and the table-feature errors live in modules of their own, re-exported here.
@@ -313,6 +315,56 @@ class NotNullViolationError(ConstraintViolationError, SchemaMismatchError):
             count=count,
             columns=columns,
         )
+
+
+# --------------------------------------------------------------------------- storage
+
+
+class StorageError(EventlogError, OSError):
+    """The storage under a table failed: no space left, an I/O error, permission denied, an
+    object store's error after its retries. It is both an :class:`EventlogError` and an
+    ``OSError`` (``errno`` is the cause's, ``filename`` the path); the cause is chained.
+
+    Fields: ``uri`` (the table), ``path`` (the file, relative to the table where it is
+    one of its files), ``step`` (``"data file"``, ``"deletion vector"``, ``"staged
+    commit"``, ``"checkpoint"``) and ``errno``. A write that fails at one of these steps
+    commits nothing and deletes the files it wrote; the table is as it was.
+    """
+
+    def __init__(self, message: str, *, uri: str, path: str, step: str, errno: int | None) -> None:
+        super().__init__(message, uri=uri, path=path, step=step, errno=errno)
+        self.strerror = message
+        self.filename = path
+
+
+def storage_error(uri: str, path: str, step: str, cause: BaseException) -> StorageError:
+    """The :class:`StorageError` of ``cause`` (an ``OSError`` or an object store's error)
+    raised at ``step`` on ``path``."""
+    code = getattr(cause, "errno", None)
+    reason = (
+        cause.strerror
+        if isinstance(cause, OSError) and cause.strerror
+        else str(cause) or type(cause).__name__
+    )
+    return StorageError(
+        f"{uri}: storage failed writing the {step} {path}: {reason}",
+        uri=uri,
+        path=path,
+        step=step,
+        errno=code if isinstance(code, int) else None,
+    )
+
+
+@contextlib.contextmanager
+def storage_step(uri: str, path: str, step: str = "data file") -> Iterator[None]:
+    """An ``OSError`` from storage inside becomes :class:`StorageError` (naming ``path``
+    and ``step``), the cause chained; the library's own errors pass as they are."""
+    try:
+        yield
+    except EventlogError:
+        raise
+    except OSError as exc:
+        raise storage_error(uri, path, step, exc) from exc
 
 
 # --------------------------------------------------------------------------- commits

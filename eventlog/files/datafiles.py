@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
-from eventlog.errors import InvalidInputError, UnknownColumnError
+from eventlog.errors import InvalidInputError, UnknownColumnError, storage_step
 from eventlog.files import column_mapping as cm
 from eventlog.files.partition_values import escape_path_name
 from eventlog.files.reader import data_file_path
@@ -277,7 +277,8 @@ class FileWriters:
         directory = f"{self.root}/{pdir}" if pdir else self.root
         if directory not in self.made_dirs:
             if not _flat_namespace(self.fs):  # an object store has no directories to make
-                self.fs.makedirs(directory, exist_ok=True)
+                with storage_step(self.root, pdir or "."):
+                    self.fs.makedirs(directory, exist_ok=True)
             self.made_dirs.add(directory)
         name = f"{self.stem}-{self.name_prefix}{len(self.started):05d}-{uuid.uuid4()}.c000.snappy.parquet"
         rel = quote(f"{pdir}/{name}" if pdir else name, safe="/=")
@@ -301,14 +302,15 @@ class DataFileWriter:
         self._stats = StatsAccumulator(files.stats_schema)
         self._pending: Future[None] | None = None  # statistics of the last row group
         self._encoding: Future[None] | None = None  # the last row group, in the background
-        self._sink = self._open_sink(path)
-        try:
-            self._writer = pq.ParquetWriter(
-                self._sink, files.schema, use_dictionary=files.dictionary, **_WRITE_OPTIONS
-            )
-        except BaseException:
-            self._sink.close()
-            raise
+        with storage_step(files.root, rel):
+            self._sink = self._open_sink(path)
+            try:
+                self._writer = pq.ParquetWriter(
+                    self._sink, files.schema, use_dictionary=files.dictionary, **_WRITE_OPTIONS
+                )
+            except BaseException:
+                self._sink.close()
+                raise
 
     def _open_sink(self, path: str) -> Any:
         """A writable file: pyarrow's native file on local disks (no Python-level write
@@ -343,7 +345,8 @@ class DataFileWriter:
                 self._writer.write_table, chunk, row_group_size=chunk.num_rows
             )
         else:
-            self._writer.write_table(chunk, row_group_size=chunk.num_rows)
+            with storage_step(self.files.root, self.rel):
+                self._writer.write_table(chunk, row_group_size=chunk.num_rows)
         self.rows += chunk.num_rows
 
     def _wait_stats(self) -> None:
@@ -354,16 +357,18 @@ class DataFileWriter:
     def _wait_encoding(self) -> None:
         if self._encoding is not None:
             encoding, self._encoding = self._encoding, None
-            encoding.result()
+            with storage_step(self.files.root, self.rel):
+                encoding.result()
 
     def close(self) -> AddFile:
         """Finish the file; its add action."""
-        try:
-            self._wait_encoding()
-            self._writer.close()
-            size = int(self._sink.tell())
-        finally:
-            self._sink.close()
+        with storage_step(self.files.root, self.rel):
+            try:
+                self._wait_encoding()
+                self._writer.close()
+                size = int(self._sink.tell())
+            finally:
+                self._sink.close()
         self._wait_stats()
         return AddFile(
             path=self.rel,

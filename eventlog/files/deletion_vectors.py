@@ -32,7 +32,7 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 
-from eventlog.errors import CorruptLogError, InvalidInputError
+from eventlog.errors import CorruptLogError, InvalidInputError, storage_step
 from eventlog.log.actions import DeletionVectorDescriptor
 
 try:
@@ -175,11 +175,12 @@ def write_deletion_vectors(
         # Readers (Spark, delta-rs) hold offset and size as signed 32-bit ints.
         raise InvalidInputError(f"deletion vectors too large for one file: {len(buf)} bytes")
     path = dv_file_path(table_root, out[0])
-    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    # A fresh UUID names the file and nothing references it until a commit lands, so a
-    # plain (non-atomic) write cannot expose a partial file to readers.
-    with fs.open(path, "wb") as f:
-        f.write(bytes(buf))
+    with storage_step(table_root, path.removeprefix(table_root.rstrip("/") + "/"), "deletion vector"):
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        # A fresh UUID names the file and nothing references it until a commit lands, so a
+        # plain (non-atomic) write cannot expose a partial file to readers.
+        with fs.open(path, "wb") as f:
+            f.write(bytes(buf))
     return out
 
 

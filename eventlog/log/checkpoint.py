@@ -25,6 +25,7 @@ from typing import Any
 
 import fsspec
 
+from eventlog.errors import storage_step
 from eventlog.log.checkpoint_locate import (
     CHAIN_HEAD_KEY,
     CheckpointFiles,
@@ -106,6 +107,8 @@ def write_checkpoint(fs: fsspec.AbstractFileSystem, log_dir: str, state: Checkpo
     """
     if state.version < 0:
         raise ValueError(f"checkpoint version must be >= 0, got {state.version}")
-    if uses_v2_checkpoints(state.protocol, state.metadata):
-        return write_v2_checkpoint(fs, log_dir, state).size_in_bytes
-    return _write_classic(fs, log_dir, state)
+    name = f"_delta_log/{state.version:020d}.checkpoint.parquet"
+    with storage_step(log_dir.rsplit("/", 1)[0], name, "checkpoint"):
+        if uses_v2_checkpoints(state.protocol, state.metadata):
+            return write_v2_checkpoint(fs, log_dir, state).size_in_bytes
+        return _write_classic(fs, log_dir, state)

@@ -44,7 +44,7 @@ from typing import Any, BinaryIO, cast
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from eventlog.errors import InvalidInputError
+from eventlog.errors import InvalidInputError, storage_step
 from eventlog.userinput import check_local_path, check_storage_options, check_uri
 
 LOG_DIR = "_delta_log"
@@ -366,6 +366,10 @@ class LogStore:
         ``atomic``: the file appears whole or not at all, for files other processes may
         list and read while it is written (group commit's queued appends).
         """
+        with storage_step(self.uri, f"_eventlog/staged/{name}", "staged commit"):
+            self._stage(name, data, atomic)
+
+    def _stage(self, name: str, data: bytes, atomic: bool) -> None:
         self._ensure_dirs()
         self._legacy_staged.discard(name)  # staged anew: in the staged directory
         path = self.staged_path(name)
