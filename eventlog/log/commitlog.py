@@ -86,6 +86,12 @@ def _same_store(spec: str, log: LogStore) -> fsspec.AbstractFileSystem | None:
     return log.fs if scheme and scheme in ((protocol,) if isinstance(protocol, str) else protocol) else None
 
 
+def unreachable(uri: str, cause: SlotStoreUnavailableError) -> SlotStoreError:
+    """The engine's error for lockstore's (chain it as the cause): the slot store of the
+    table at ``uri`` cannot be reached, and nothing was written."""
+    return SlotStoreError(f"{uri}: the version-slot store is unreachable: {cause}", uri=uri)
+
+
 def resolve_slots(spec: SlotsSpec, log: LogStore) -> SlotStore:
     """The slot store for a table: explicit, ``$EVENTLOG_SLOTS``, or the embedded default.
 
@@ -96,7 +102,10 @@ def resolve_slots(spec: SlotsSpec, log: LogStore) -> SlotStore:
         return spec
     spec = spec or os.environ.get(ENV_VAR) or None
     if spec is not None:
-        store = open_slot_store(spec, filesystem=_same_store(spec, log))
+        try:
+            store = open_slot_store(spec, filesystem=_same_store(spec, log))
+        except SlotStoreUnavailableError as exc:  # the engine's error, lockstore's as the cause
+            raise unreachable(log.uri, exc) from exc
         try:
             _refuse_local_store_for_remote(store, log)
         except SlotStoreRequiredError:
@@ -223,7 +232,10 @@ class CommitLog:
         never writes into the slot store (the local-file store keeps its binding under
         ``<table>/_eventlog``, which may be read-only or another engine's)."""
         if self._bound != table_id:
-            self.slots.bind(self.key, table_id)
+            try:
+                self.slots.bind(self.key, table_id)
+            except SlotStoreUnavailableError as exc:
+                raise unreachable(self.uri, exc) from exc
             self._bound = table_id
 
     def own_slots(self, release: Callable[[], None]) -> None:
@@ -304,9 +316,7 @@ class CommitLog:
         try:
             return self._latest_version(claimed, probe_log, repair)
         except SlotStoreUnavailableError as exc:
-            raise SlotStoreError(
-                f"{self.uri}: the version-slot store is unreachable: {exc}", uri=self.uri
-            ) from exc
+            raise unreachable(self.uri, exc) from exc
 
     def _latest_version(self, claimed: int | None, probe_log: bool, repair: bool) -> int:
         if claimed is None:

@@ -206,3 +206,24 @@ def test_a_failed_open_releases_and_a_store_passed_in_stays_open(tmp_path: Path,
             assert again.version == 1
         assert not store.closed
     assert store.closed
+
+
+def test_an_unreachable_slot_store_at_open_is_the_engines_error(tmp_path: Path) -> None:
+    """A ZooKeeper slot store that cannot be reached when a table is opened raises
+    eventlog's SlotStoreError (as reads document it), with lockstore's error chained."""
+    import socket
+
+    from eventlog import SlotStoreError
+
+    uri = str(tmp_path / "t")
+    Table.create(uri, SCHEMA).append(rows([1]))
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(SlotStoreError) as err:
+        Table.open(uri, f"zk://127.0.0.1:{port}/unreachable")
+    assert time.monotonic() - started < 30  # bounded by the store's connect timeout
+    assert err.value.uri == Table.open(uri).uri
+    assert isinstance(err.value.__cause__, SlotStoreUnavailableError)
+    assert Table.open(uri).version == 1  # nothing was written
