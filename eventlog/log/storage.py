@@ -35,6 +35,7 @@ import contextlib
 import datetime as dt
 import inspect
 import io
+import logging
 import os
 import threading
 from collections import OrderedDict
@@ -46,6 +47,8 @@ from fsspec.implementations.local import LocalFileSystem
 
 from eventlog.errors import InvalidInputError, storage_step
 from eventlog.userinput import check_local_path, check_storage_options, check_uri
+
+logger = logging.getLogger(__name__)
 
 LOG_DIR = "_delta_log"
 #: The table's own area (slots of the embedded store, staged commits, Spark staging).
@@ -426,14 +429,20 @@ class LogStore:
             os.unlink(tmp)
 
     def delete_staged(self, name: str) -> None:
+        """Delete a staged commit, best effort: it is cleanup (after a publish, or of a
+        commit that did not land), so a storage failure is logged, never raised; VACUUM
+        removes staged files left older than its retention."""
         path = self.staged_path(name)
         self._legacy_staged.discard(name)
         # Already gone is fine: a recovering process may have published and we clean up once.
-        with contextlib.suppress(FileNotFoundError):
-            if self.is_local:
-                os.unlink(path)
-            else:
-                self.fs.rm_file(path)
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                if self.is_local:
+                    os.unlink(path)
+                else:
+                    self.fs.rm_file(path)
+        except OSError as exc:
+            logger.warning("%s: could not delete the staged commit %s: %s", self.uri, name, exc)
 
     def write_commit_unguarded(self, version: int, data: bytes) -> bool:
         """Exclusive write of a commit file without a slot (tests and repair tools only)."""

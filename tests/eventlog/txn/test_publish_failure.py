@@ -87,3 +87,26 @@ def test_a_checkpoint_that_fails_after_the_commit_does_not_undo_it(
     assert fresh.verify().ok
     assert not list((Path(uri) / "_delta_log").glob("*.checkpoint.parquet"))
     assert fresh.append(rows([3])).version == 3
+
+
+def test_a_staged_file_that_cannot_be_deleted_after_the_commit_does_not_fail_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleting the staged commit once it is published is cleanup: when storage refuses,
+    the commit is still reported (a caller that retried would write it twice)."""
+    import os
+
+    uri = str(tmp_path / "t")
+    t = Table.create(uri, SCHEMA)
+    unlink = os.unlink
+
+    def refuse_staged(path: str, *args: object, **kwargs: object) -> None:
+        if "_eventlog/staged" in str(path):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        unlink(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "unlink", refuse_staged)
+    assert t.append(rows([1])).version == 1
+    monkeypatch.undo()
+    fresh = Table.open(uri)
+    assert fresh.to_arrow().column("id").to_pylist() == [1] and fresh.verify().ok
