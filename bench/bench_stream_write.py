@@ -75,8 +75,7 @@ _CHILD = textwrap.dedent(
     elif engine == "deltalake":
         write_deltalake(path, reader)
     else:
-        for _ in reader:
-            pass
+        rows_read = sum(batch.num_rows for batch in reader)
     wall = time.perf_counter() - wall0
     cpu = time.process_time() - cpu0
     one = next(iter(generate()))
