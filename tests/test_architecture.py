@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.graphs import strongly_connected
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -24,49 +26,11 @@ def _cycles(package: str) -> list[list[str]]:
 
     graph = grimp.build_graph(package)
     modules = sorted(m for m in graph.modules if m.startswith(package))
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(root: str) -> None:  # Tarjan's algorithm, iterative
-        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root))))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, edges = work[-1]
-            for nxt in edges:
-                if not nxt.startswith(package):
-                    continue
-                if nxt not in index:
-                    index[nxt] = low[nxt] = len(index)
-                    stack.append(nxt)
-                    on_stack.add(nxt)
-                    work.append((nxt, iter(sorted(graph.find_modules_directly_imported_by(nxt)))))
-                    break
-                if nxt in on_stack:
-                    low[node] = min(low[node], index[nxt])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    component = []
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        component.append(member)
-                        if member == node:
-                            break
-                    if len(component) > 1:
-                        found.append(sorted(component))
-
-    for module in modules:
-        if module not in index:
-            visit(module)
-    return found
+    edges = {
+        m: sorted(n for n in graph.find_modules_directly_imported_by(m) if n.startswith(package))
+        for m in modules
+    }
+    return strongly_connected(edges)
 
 
 def test_eventlog_has_no_import_cycle() -> None:
