@@ -91,6 +91,7 @@ class _Entry:
 # releases its store here on the same thread; every loop below iterates over a copy.
 _SHARED: dict[tuple[int, str, str], _Entry] = {}
 _SHARED_LOCK = threading.RLock()
+_OPENING: dict[tuple[int, str, str], threading.Lock] = {}  # one opener per key at a time
 
 
 def open_slot_store(
@@ -116,14 +117,32 @@ def open_slot_store(
     if not shared:
         return _open(spec, storage_options, filesystem)
     key = (os.getpid(), spec, _options_key(storage_options, filesystem))
+    store = _take_shared(key)
+    if store is not None:
+        return store
+    with _SHARED_LOCK:
+        opening = _OPENING.setdefault(key, threading.Lock())
+    # Connecting may take seconds: only openers of this spec wait for it, and the registry
+    # stays free meanwhile (a store collected meanwhile, on any thread, is given back
+    # through it: holding it here deadlocked with a client thread running that release).
+    with opening:
+        store = _take_shared(key)  # opened by another thread while this one waited
+        if store is not None:
+            return store
+        store = _open(spec, storage_options, filesystem)
+        with _SHARED_LOCK:
+            _SHARED[key] = _Entry(weakref.ref(store), 1)
+        return store
+
+
+def _take_shared(key: tuple[int, str, str]) -> SlotStore | None:
+    """One more use of the open store under ``key``, if there is one."""
     with _SHARED_LOCK:
         _forget_dead()
         entry = _SHARED.get(key)
         store = entry.store() if entry is not None else None
         if entry is None or store is None or store.closed:
-            store = _open(spec, storage_options, filesystem)
-            entry = _Entry(weakref.ref(store), 0)
-            _SHARED[key] = entry
+            return None
         entry.uses += 1
         return store
 
