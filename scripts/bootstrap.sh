@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
-EXTRAS=${EXTRAS:-test,zookeeper,dv,spark,connect,metrics,s3}
+EXTRAS=${EXTRAS:-test,zookeeper,dv,spark,connect,metrics,s3,docs}
 
 log() { echo "bootstrap: $*" >&2; }
 
@@ -62,6 +62,25 @@ if [ ! -f /usr/share/java/zookeeper.jar ] && [ "${EVENTLOG_SKIP_APT:-0}" != 1 ];
     $SUDO apt-get install -y -q zookeeper >&2 || { $SUDO apt-get update -q >&2 && $SUDO apt-get install -y -q zookeeper >&2; }
   else
     log "apt-get not found: install ZooKeeper yourself for the ZooKeeper tests"
+  fi
+fi
+
+# The fault tests' tools (tests/faults): fuse3 (fusermount3 and libfuse 3, for the power-loss
+# and slow-disk FUSE file system), faketime (libfaketime, a writer's clock hours off), iproute2
+# (`ip netns`, veth pairs and bridges for network partitions).
+need=()
+command -v fusermount3 >/dev/null || need+=(fuse3)
+[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || [ -n "$(find /usr/lib -name libfaketime.so.1 2>/dev/null | head -1)" ] || need+=(faketime)
+command -v ip >/dev/null || need+=(iproute2)
+if [ "${#need[@]}" -gt 0 ] && [ "${EVENTLOG_SKIP_APT:-0}" != 1 ]; then
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  if command -v apt-get >/dev/null; then
+    log "installing Debian packages ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get install -y -q "${need[@]}" >&2 || { $SUDO apt-get update -q >&2 && $SUDO apt-get install -y -q "${need[@]}" >&2; }
+  else
+    log "apt-get not found: install ${need[*]} yourself for the fault tests"
   fi
 fi
 
