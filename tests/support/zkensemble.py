@@ -1,5 +1,7 @@
-"""Several ZooKeeper nodes on loopback forming one ensemble, with the waits (a leader, a
-healthy quorum) and the failures (stop, kill, restart, heal) the tests need."""
+"""Several ZooKeeper nodes forming one ensemble, with the waits (a leader, a healthy quorum)
+and the failures (stop, kill, restart, heal) the tests need. On loopback by default; with
+``placements``, each node on a host of its own (e.g. a network namespace of
+:mod:`tests.support.netns`), so a network partition can separate them."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Self
 
@@ -14,6 +17,7 @@ from tests.support.processes import Managed
 from tests.support.zkjvm import (
     NodePorts,
     NoLeaderError,
+    Placement,
     ZooKeeperError,
     deadline_loop,
     make_owned_dir,
@@ -25,8 +29,17 @@ from tests.support.zknode import ZooKeeperServer
 __all__ = ["ZooKeeperEnsemble"]
 
 
+#: The ports of a node on an address of its own (nothing else binds there).
+PLACED_PORTS = (2181, 2888, 3888)
+
+
 class ZooKeeperEnsemble(Managed):
-    """``size`` ZooKeeper nodes on loopback forming one ensemble (size 1 is a standalone node)."""
+    """``size`` ZooKeeper nodes forming one ensemble (size 1 is a standalone node).
+
+    On loopback ports picked by the kernel, unless ``placements`` (one per node) put each
+    node on an address of its own, launched with its command prefix, on ports 2181, 2888
+    and 3888 there. ``jvm_options`` go to every node's JVM.
+    """
 
     def __init__(
         self,
@@ -38,10 +51,15 @@ class ZooKeeperEnsemble(Managed):
         base_dir: str | os.PathLike[str] | None = None,
         start_timeout: float = 60.0,
         stop_timeout: float = 10.0,
+        placements: Sequence[Placement] | None = None,
+        jvm_options: Sequence[str] = (),
     ) -> None:
         if size < 1:
             raise ValueError("an ensemble needs at least one node")
+        if placements is not None and len(placements) != size:
+            raise ValueError(f"{len(placements)} placements for {size} nodes")
         self.size = size
+        self.placements = tuple(placements) if placements is not None else None
         self.start_timeout = start_timeout
         self._owned_dir: Path | None = None
         if base_dir is None:
@@ -62,13 +80,18 @@ class ZooKeeperEnsemble(Managed):
                 myid=i + 1 if size > 1 else None,
                 ports=ports[i],
                 peers=ports if size > 1 else (),
+                command_prefix=self.placements[i].command_prefix if self.placements else (),
+                connect=self.placements[i].connect if self.placements else None,
+                jvm_options=jvm_options,
             )
             for i in range(size)
         ]
 
     def _new_topology(self) -> list[NodePorts]:
+        if self.placements is not None:
+            return [NodePorts(*PLACED_PORTS, host=place.address) for place in self.placements]
         flat = pick_free_ports(3 * self.size)
-        return [NodePorts(*flat[3 * i : 3 * i + 3]) for i in range(self.size)]
+        return [NodePorts(flat[3 * i], flat[3 * i + 1], flat[3 * i + 2]) for i in range(self.size)]
 
     @property
     def quorum(self) -> int:
@@ -76,7 +99,8 @@ class ZooKeeperEnsemble(Managed):
 
     @property
     def hosts(self) -> str:
-        """Connection string naming every node, e.g. ``127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3``."""
+        """Connection string naming every node, e.g. ``127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3``
+        (with placements: ``address1:2181,address2:2181,...``)."""
         return ",".join(node.hosts for node in self.nodes)
 
     def node_hosts(self, node: int) -> str:

@@ -25,6 +25,7 @@ from tests.support.processes import kill_all, killpg, pid_alive
 __all__ = [
     "CLASSPATH_ENV",
     "DIR_PREFIX",
+    "Connector",
     "FOUR_LETTER_WORDS",
     "HOSTS_ENV",
     "INSTALL_HINT",
@@ -32,6 +33,7 @@ __all__ = [
     "MAIN_CLASS",
     "NoLeaderError",
     "NodePorts",
+    "Placement",
     "ZooKeeperError",
     "ZooKeeperUnavailable",
     "check_prerequisites",
@@ -77,13 +79,30 @@ class NoLeaderError(ZooKeeperError):
     """The running nodes do not report exactly one leader."""
 
 
+#: Opens a TCP connection to (host, port) within a timeout: how this process reaches a node
+#: (``socket.create_connection`` unless the node lives in another network namespace).
+Connector = Callable[[tuple[str, int], float], socket.socket]
+
+
 @dataclass(frozen=True)
 class NodePorts:
-    """The three loopback ports of one node."""
+    """The address and three ports of one node (loopback unless ``host`` says otherwise)."""
 
     client: int
     quorum: int
     election: int
+    host: str = LOOPBACK
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where an ensemble member runs: its own address (it binds its ports there), the argv
+    prefix its JVM is launched with (e.g. ``ip netns exec NS``) and how this process
+    reaches it for four-letter words (None: directly)."""
+
+    address: str
+    command_prefix: tuple[str, ...] = ()
+    connect: Connector | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,10 +171,13 @@ def release_owned_dir(directory: Path) -> None:
 # Small helpers
 
 
-def four_letter_word(port: int, command: str, host: str = LOOPBACK, timeout: float = 2.0) -> str | None:
+def four_letter_word(
+    port: int, command: str, host: str = LOOPBACK, timeout: float = 2.0, connect: Connector | None = None
+) -> str | None:
     """Send a ZooKeeper four-letter word and return the reply, or None if nothing answered."""
     try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
+        with (connect or socket.create_connection)((host, port), timeout) as sock:
+            sock.settimeout(timeout)
             sock.sendall(command.encode("ascii"))
             chunks: list[bytes] = []
             while True:

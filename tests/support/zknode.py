@@ -19,8 +19,8 @@ from typing import Self
 from tests.support.processes import Managed, killpg, launch, log_tail, reap
 from tests.support.zkjvm import (
     FOUR_LETTER_WORDS,
-    LOOPBACK,
     MAIN_CLASS,
+    Connector,
     NodePorts,
     ZooKeeperError,
     check_prerequisites,
@@ -50,6 +50,11 @@ class ZooKeeperServer(Managed):
     ``tick_ms`` sets tickTime; sessions may last from 2 to 20 ticks, so a short tick (e.g. 500)
     allows short session timeouts in expiry tests. ``force_sync=False`` skips fdatasync of the
     transaction log: faster, and only unsafe if the machine itself crashes.
+
+    The node binds to ``ports.host`` (loopback by default). ``command_prefix`` goes before
+    the ``java`` command (e.g. ``ip netns exec NS`` to run it in a network namespace),
+    ``connect`` is how this process reaches it for four-letter words (default: directly),
+    and ``jvm_options`` are extra JVM flags (e.g. ``-Dzookeeper.cnxTimeout=1000``).
     """
 
     def __init__(
@@ -64,6 +69,9 @@ class ZooKeeperServer(Managed):
         myid: int | None = None,
         ports: NodePorts | None = None,
         peers: Sequence[NodePorts] = (),
+        command_prefix: Sequence[str] = (),
+        connect: Connector | None = None,
+        jvm_options: Sequence[str] = (),
     ) -> None:
         if tick_ms <= 0:
             raise ValueError("tick_ms must be positive")
@@ -76,6 +84,9 @@ class ZooKeeperServer(Managed):
         self.stop_timeout = stop_timeout
         self.myid = myid
         self._peers = tuple(peers)
+        self.command_prefix = tuple(command_prefix)
+        self.connect = connect
+        self.jvm_options = tuple(jvm_options)
         self._explicit_ports = ports is not None
         self._ports = ports if ports is not None else self._new_ports()
         self._owned_dir: Path | None = None
@@ -106,7 +117,7 @@ class ZooKeeperServer(Managed):
     @property
     def hosts(self) -> str:
         """Connection string of this node alone."""
-        return f"{LOOPBACK}:{self._ports.client}"
+        return f"{self._ports.host}:{self._ports.client}"
 
     @property
     def log_path(self) -> Path:
@@ -136,7 +147,7 @@ class ZooKeeperServer(Managed):
             "syncLimit=5",
             f"dataDir={data}",
             f"clientPort={self._ports.client}",
-            f"clientPortAddress={LOOPBACK}",
+            f"clientPortAddress={self._ports.host}",
             "maxClientCnxns=0",
             "admin.enableServer=false",
             f"4lw.commands.whitelist={FOUR_LETTER_WORDS}",
@@ -145,7 +156,7 @@ class ZooKeeperServer(Managed):
         if self._peers:
             assert self.myid is not None
             (data / "myid").write_text(f"{self.myid}\n")
-            lines += [f"server.{i}={LOOPBACK}:{p.quorum}:{p.election}" for i, p in enumerate(self._peers, 1)]
+            lines += [f"server.{i}={p.host}:{p.quorum}:{p.election}" for i, p in enumerate(self._peers, 1)]
         self.config_path.write_text("\n".join(lines) + "\n")
         (self.dir / "log4j.properties").write_text(_LOG4J_PROPERTIES)
 
@@ -165,8 +176,12 @@ class ZooKeeperServer(Managed):
         """True if the JVM exited although nobody stopped or killed it."""
         return self._proc is not None and not self._stopping and self._proc.poll() is not None
 
+    def four_letter_word(self, command: str, timeout: float = 2.0) -> str | None:
+        """Send ``command`` to this node; its reply, or None if nothing answered."""
+        return four_letter_word(self._ports.client, command, self._ports.host, timeout, self.connect)
+
     def srvr(self) -> str | None:
-        return four_letter_word(self._ports.client, "srvr")
+        return self.four_letter_word("srvr")
 
     def mode(self) -> str | None:
         """'standalone', 'leader' or 'follower'; None when not serving (or not running)."""
@@ -183,6 +198,7 @@ class ZooKeeperServer(Managed):
         java, classpath = check_prerequisites()
         self._write_config()
         cmd = [
+            *self.command_prefix,
             java,
             f"-Xmx{self.heap}",
             # Several short-lived JVMs share 2 cores: a serial GC and C1-only JIT start faster
@@ -191,6 +207,7 @@ class ZooKeeperServer(Managed):
             "-XX:TieredStopAtLevel=1",
             "-XX:-UsePerfData",
             "-Djava.awt.headless=true",
+            *self.jvm_options,
             f"-Dlog4j.configuration=file:{self.dir / 'log4j.properties'}",
             "-cp",
             classpath,
@@ -211,7 +228,7 @@ class ZooKeeperServer(Managed):
             if not self.is_running():
                 code = self._proc.returncode if self._proc is not None else None
                 raise self._error(f"ZooKeeper node in {self.dir} exited (rc {code})")
-            imok = four_letter_word(self._ports.client, "ruok", timeout=1.0) == "imok"
+            imok = self.four_letter_word("ruok", timeout=1.0) == "imok"
             if imok and (not require_mode or self.mode() is not None):
                 return time.monotonic() - started
         raise self._error(f"ZooKeeper on {self.hosts} did not serve within {timeout:.0f} s")
