@@ -20,7 +20,8 @@ these guarantees; use the ZooKeeper adapter across machines.
 
 Durability: by default nothing is fsynced, so claims survive the crash of any process but
 not the loss of the machine's page cache (power failure, kernel crash). Pass ``fsync=True``
-to sync the slot file and its directory before ``claim`` returns, at a latency cost.
+to sync the slot file and its directory before ``claim`` returns (and the entries of the
+directories the store creates), at a latency cost.
 
 Leases (:meth:`LocalFileSlotStore.acquire_lease`): one ``flock(2)``-ed file per lease under
 ``root/_leases``, held on an open descriptor that dies with its process; see
@@ -172,7 +173,7 @@ class LocalFileSlotStore(SlotStore):
                 return False
             if len(payload) <= _MAX_SYMLINK_PAYLOAD:
                 if directory not in self._made:
-                    os.makedirs(directory, exist_ok=True)
+                    self._makedirs(directory)
                     self._made.add(directory)
                 try:
                     try:
@@ -180,7 +181,7 @@ class LocalFileSlotStore(SlotStore):
                     except FileNotFoundError:
                         # The directory vanished after we cached it (an operator or test
                         # removed the root): recreate it once.
-                        os.makedirs(directory, exist_ok=True)
+                        self._makedirs(directory)
                         os.symlink(payload.decode("utf-8"), slot)
                 except FileExistsError:
                     return False
@@ -321,7 +322,7 @@ class LocalFileSlotStore(SlotStore):
         directory = os.path.join(self.table_dir(table), _COUNTERS)
         path = os.path.join(directory, table_dir_name(name))
         try:
-            os.makedirs(directory, exist_ok=True)
+            self._makedirs(directory)
             fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)  # released by the close below
@@ -372,14 +373,14 @@ class LocalFileSlotStore(SlotStore):
         tmp = os.path.join(directory, f"{_TMP_PREFIX}{os.getpid()}-{secrets.token_hex(8)}")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
         if directory not in self._made:
-            os.makedirs(directory, exist_ok=True)
+            self._makedirs(directory)
             self._made.add(directory)
         try:
             fd = os.open(tmp, flags, 0o644)
         except FileNotFoundError:
             # The directory vanished after we cached it (e.g. a test or an operator removed
             # the root): recreate it once.
-            os.makedirs(directory, exist_ok=True)
+            self._makedirs(directory)
             fd = os.open(tmp, flags, 0o644)
         try:
             view = memoryview(data)
@@ -438,6 +439,22 @@ class LocalFileSlotStore(SlotStore):
         for name in names:
             best = max(best, _parse_slot_name(name))
         return best
+
+    def _makedirs(self, directory: str) -> None:
+        """``os.makedirs(directory, exist_ok=True)``; with ``fsync``, the entry of every
+        directory it created synced into its parent too (a claim synced into a directory
+        whose own entry a power loss takes would be lost with it)."""
+        if not self._fsync:
+            os.makedirs(directory, exist_ok=True)
+            return
+        missing = []
+        current = directory
+        while not os.path.isdir(current) and os.path.dirname(current) != current:
+            missing.append(current)
+            current = os.path.dirname(current)
+        os.makedirs(directory, exist_ok=True)
+        for made in reversed(missing):
+            self._sync_dir(os.path.dirname(made))
 
     @staticmethod
     def _sync_dir(directory: str) -> None:

@@ -37,6 +37,7 @@ from eventlog.files.reader import data_file_path
 from eventlog.files.schema import encode_partition_value
 from eventlog.files.write_stats import StatsAccumulator
 from eventlog.log.actions import AddFile
+from eventlog.log.durable import sync_written
 
 __all__ = [
     "DEFAULT_TARGET_FILE_SIZE",
@@ -299,6 +300,7 @@ class DataFileWriter:
         self.rel = rel
         self.values = values
         self.rows = 0
+        self._path = path
         self._stats = StatsAccumulator(files.stats_schema)
         self._pending: Future[None] | None = None  # statistics of the last row group
         self._encoding: Future[None] | None = None  # the last row group, in the background
@@ -369,6 +371,7 @@ class DataFileWriter:
                 size = int(self._sink.tell())
             finally:
                 self._sink.close()
+            sync_written(self.files.fs, self._path)  # durable mode: before any commit names it
         self._wait_stats()
         return AddFile(
             path=self.rel,

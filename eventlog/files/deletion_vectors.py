@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from eventlog.errors import CorruptLogError, InvalidInputError, storage_step
 from eventlog.log.actions import DeletionVectorDescriptor
+from eventlog.log.durable import sync_written
 
 try:
     from pyroaring import AbstractBitMap, AbstractBitMap64, BitMap64
@@ -181,6 +182,7 @@ def write_deletion_vectors(
         # plain (non-atomic) write cannot expose a partial file to readers.
         with fs.open(path, "wb") as f:
             f.write(bytes(buf))
+        sync_written(fs, path)  # durable mode: before any commit names it
     return out
 
 

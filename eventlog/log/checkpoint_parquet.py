@@ -31,6 +31,7 @@ from eventlog.log.checkpoint_state import (
     TXN_STRUCT,
     CheckpointState,
 )
+from eventlog.log.durable import is_durable, sync_file
 from eventlog.log.filetable import ADD_STRUCT, DV_STRUCT, REMOVE_STRUCT
 
 __all__ = [
@@ -259,6 +260,8 @@ def publish(fs: fsspec.AbstractFileSystem, path: str, write: Callable[[Any], Non
     try:
         write(fs._strip_protocol(tmp))
         size = int(fs.size(tmp))
+        if is_durable(fs):  # whole before it is renamed in (the rename's directory: ``mv``)
+            sync_file(fs._strip_protocol(tmp))
         fs.mv(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

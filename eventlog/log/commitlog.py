@@ -96,7 +96,8 @@ def resolve_slots(spec: SlotsSpec, log: LogStore) -> SlotStore:
     """The slot store for a table: explicit, ``$EVENTLOG_SLOTS``, or the embedded default.
 
     A local-file store named for an object-store table is refused with
-    :class:`SlotStoreRequiredError` (it cannot guard other machines' writers)."""
+    :class:`SlotStoreRequiredError` (it cannot guard other machines' writers). The embedded
+    store of a table in durable mode fsyncs; a named store is as durable as it was opened."""
     if isinstance(spec, SlotStore):
         _refuse_local_store_for_remote(spec, log)
         return spec
@@ -112,8 +113,8 @@ def resolve_slots(spec: SlotsSpec, log: LogStore) -> SlotStore:
             release_slot_store(store)
             raise
         return store
-    if log.is_local:
-        return EmbeddedSlotStore(os.path.join(log.root, EVENTLOG_DIR, "slots"))
+    if log.is_local:  # durable mode: each claim synced before it counts (eventlog.log.durable)
+        return EmbeddedSlotStore(os.path.join(log.root, EVENTLOG_DIR, "slots"), fsync=log.durable)
     if _is_memory(log):
         return InMemorySlotStore.shared()
     # Any other file system is reached from other machines too: no store made here could

@@ -27,6 +27,10 @@ never relies on what S3 lacks (rename, directories); LIST is strongly consistent
   of the bucket), and the storage options are checked without a request where the client can
   (s3fs builds its client from them).
 - Publishing is one conditional PUT (``If-None-Match: *``).
+
+**Durable mode** (``durable=True``, local file systems only): staged commits and their
+directory are fsynced before the claim that names them, ``_delta_log`` after each publish,
+and every directory made here has its entry synced (:mod:`eventlog.log.durable`).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from eventlog.errors import InvalidInputError, storage_step
+from eventlog.log.durable import durable_filesystem, is_durable, make_dirs, sync_dir, sync_file
 from eventlog.userinput import check_local_path, check_storage_options, check_uri
 
 logger = logging.getLogger(__name__)
@@ -164,7 +169,11 @@ def normalize_uri(
 
 
 class LogStore:
-    """Reads and writes the commit files of one table."""
+    """Reads and writes the commit files of one table.
+
+    ``durable``: fsync before a commit is acknowledged (:mod:`eventlog.log.durable`); on
+    object stores a PUT is durable when acknowledged, so it changes nothing there.
+    """
 
     def __init__(
         self,
@@ -172,8 +181,13 @@ class LogStore:
         *,
         storage_options: Mapping[str, Any] | None = None,
         filesystem: fsspec.AbstractFileSystem | None = None,
+        durable: bool = False,
     ) -> None:
         self.fs, self.root, self.uri = normalize_uri(uri, storage_options, filesystem)
+        if durable:
+            self.fs = durable_filesystem(self.fs)
+        #: fsync files and directories before a commit is acknowledged (local disks only).
+        self.durable = is_durable(self.fs)
         self.is_local = isinstance(self.fs, LocalFileSystem)
         self.log_dir = f"{self.root}/{LOG_DIR}"
         self.staged_dir = f"{self.root}/{STAGED_DIR}"
@@ -346,7 +360,9 @@ class LogStore:
         if self._made_dirs:
             return
         for directory in (self.log_dir, self.staged_dir):
-            if self.is_local:
+            if self.durable:
+                make_dirs(directory)  # the table's own directory too, when this made it
+            elif self.is_local:
                 os.makedirs(directory, exist_ok=True)
             else:  # not on object stores (``_made_dirs`` starts True there)
                 self.fs.makedirs(directory, exist_ok=True)
@@ -380,6 +396,8 @@ class LogStore:
             tmp = f"{self.staged_dir}/.{name}.{os.getpid()}.{threading.get_ident()}.tmp"
             with open(tmp, "wb") as f:
                 f.write(data)
+            if self.durable:
+                sync_file(tmp)
             os.rename(tmp, path)
         elif self.is_local:
             # Written in place: a staged file is only ever referenced by a slot claim made
@@ -387,8 +405,13 @@ class LogStore:
             # before a later claim is safe too: no claim references it yet.)
             with open(path, "wb") as f:
                 f.write(data)
+            if self.durable:
+                sync_file(path)
         else:
             self.fs.pipe_file(path, data)
+            return
+        if self.durable:  # the claim that follows must never name bytes a power loss takes
+            sync_dir(self.staged_dir)
 
     def publish(self, version: int, staged_name: str, data: bytes) -> bool:
         """Put-if-absent of ``<version>.json`` with ``data``. False if it already existed."""
@@ -397,13 +420,18 @@ class LogStore:
         if self.is_local:
             try:
                 os.link(self.staged_path(staged_name), target)
-                return True
+                linked = True
             except FileExistsError:
-                return False
+                linked = False
             except FileNotFoundError:
                 # The staged file is gone (a recovering process published it and the
                 # owner cleaned up): fall back to an exclusive write of the bytes.
-                return self._exclusive_local_write(target, data)
+                linked = self._exclusive_local_write(target, data, self.durable)
+            if self.durable:
+                # Whoever linked it (this writer, or a reader publishing its staged bytes),
+                # the commit is acknowledged only once its entry in the log is durable.
+                sync_dir(self.log_dir)
+            return linked
         # Object stores: a conditional put (S3 ``If-None-Match: *``), so a commit another
         # writer published at this version is never overwritten, in one request (file
         # systems without one check, then write); the lock makes fsspec's in-process memory
@@ -416,10 +444,12 @@ class LogStore:
             return True
 
     @staticmethod
-    def _exclusive_local_write(target: str, data: bytes) -> bool:
+    def _exclusive_local_write(target: str, data: bytes, durable: bool) -> bool:
         tmp = f"{target}.{os.getpid()}.{threading.get_ident()}.tmp"
         with open(tmp, "wb") as f:
             f.write(data)
+        if durable:
+            sync_file(tmp)
         try:
             os.link(tmp, target)
             return True
@@ -448,7 +478,10 @@ class LogStore:
         """Exclusive write of a commit file without a slot (tests and repair tools only)."""
         self._ensure_dirs()
         if self.is_local:
-            return self._exclusive_local_write(self.commit_path(version), data)
+            written = self._exclusive_local_write(self.commit_path(version), data, self.durable)
+            if self.durable:
+                sync_dir(self.log_dir)
+            return written
         target = self.commit_path(version)
         with _MEMORY_LOCK:
             try:
@@ -462,10 +495,13 @@ def open_log_store(
     uri: str | os.PathLike[str],
     storage_options: Mapping[str, Any] | None = None,
     filesystem: fsspec.AbstractFileSystem | None = None,
+    *,
+    durable: bool = False,
 ) -> LogStore:
     """The LogStore of a table URI given by a user: InvalidInputError (before anything is
     written) for bad text, an unknown scheme, or file-system options the scheme's fsspec
-    implementation does not take; see :func:`normalize_uri` for the options."""
+    implementation does not take; see :func:`normalize_uri` for the options, and
+    :mod:`eventlog.log.durable` for ``durable``."""
     checked = check_uri(uri)
     options = check_storage_options(storage_options)
     if filesystem is not None and not isinstance(filesystem, fsspec.AbstractFileSystem):
@@ -475,7 +511,7 @@ def open_log_store(
     if filesystem is not None and options:
         raise InvalidInputError("pass storage_options or filesystem, not both (a file system has its own)")
     try:
-        log = LogStore(checked, storage_options=options, filesystem=filesystem)
+        log = LogStore(checked, storage_options=options, filesystem=filesystem, durable=durable)
     except (ValueError, TypeError) as exc:  # fsspec: "Protocol not known: foo"; unknown option
         raise InvalidInputError(f"cannot use table URI {checked!r}: {type(exc).__name__}: {exc}") from exc
     if log.is_local:

@@ -57,6 +57,7 @@ from eventlog.table.alter import AlterTable
 from eventlog.table.changes import TableChanges
 from eventlog.table.clustering import ClusteredTable
 from eventlog.table.drop_feature import DropFeature
+from eventlog.table.lookup import TableLookup
 from eventlog.table.scan import TableScan
 from eventlog.txn.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from eventlog.txn.transaction import CommitResult
@@ -69,7 +70,7 @@ from lockstore import SlotStore
 _log = logging.getLogger(__name__)
 
 
-class Table(AlterTable, TableChanges, TableScan, DropFeature, ClusteredTable):
+class Table(AlterTable, TableChanges, TableScan, DropFeature, ClusteredTable, TableLookup):
     """A Delta-compatible table; see the module docstring."""
 
     def __init__(
@@ -120,13 +121,16 @@ class Table(AlterTable, TableChanges, TableScan, DropFeature, ClusteredTable):
         storage_options: Mapping[str, Any] | None = None,
         filesystem: fsspec.AbstractFileSystem | None = None,
         cluster_by: Sequence[str] | None = None,
+        durable: bool = False,
     ) -> Table:
         """Create a table as version 0, empty or holding ``data`` (CREATE TABLE AS SELECT).
         ``cluster_by``: liquid clustering columns (:mod:`eventlog.snapshot.clustering`).
 
         ``storage_options`` (credentials, endpoint... for the URI's scheme, passed to
         fsspec) or ``filesystem`` (an fsspec file system used as it is): see
-        :func:`eventlog.log.storage.normalize_uri`.
+        :func:`eventlog.log.storage.normalize_uri`. ``durable``: fsync every file and
+        directory entry before a commit is acknowledged, so a power loss keeps every
+        acknowledged commit (local disks; see :mod:`eventlog.log.durable`).
 
         ``audit_key`` (default ``$EVENTLOG_AUDIT_KEY``): HMAC every commit this handle
         writes (:mod:`eventlog.log.audit`); commits are hash-chained either way.
@@ -136,7 +140,7 @@ class Table(AlterTable, TableChanges, TableScan, DropFeature, ClusteredTable):
         ProtocolChangedException with the empty-directory hint (Delta's behaviour).
         Text arguments are validated first (:mod:`eventlog.userinput`).
         """
-        log = open_log_store(uri, storage_options, filesystem)
+        log = open_log_store(uri, storage_options, filesystem, durable=durable)
         name = check_optional_text(name, "table name")
         description = check_optional_text(description, "table description")
         table = cls._with_slots(log, slots, retry_policy=retry_policy, app_id=app_id, audit_key=audit_key)
@@ -186,10 +190,11 @@ class Table(AlterTable, TableChanges, TableScan, DropFeature, ClusteredTable):
         audit_key: bytes | str | None = None,
         storage_options: Mapping[str, Any] | None = None,
         filesystem: fsspec.AbstractFileSystem | None = None,
+        durable: bool = False,
     ) -> Table:
         """Open an existing table at its latest version. TableNotFoundError if absent.
 
-        ``storage_options``/``filesystem``: as for :meth:`create`.
+        ``storage_options``/``filesystem``/``durable``: as for :meth:`create`.
 
         ``audit_key`` (default ``$EVENTLOG_AUDIT_KEY``): HMAC every commit this handle
         writes, and check HMACs in :meth:`verify`.
@@ -198,7 +203,7 @@ class Table(AlterTable, TableChanges, TableScan, DropFeature, ClusteredTable):
         ones (:mod:`eventlog.txn.groupcommit`; any slot store, best with one that notifies
         waiters: ZooKeeper or in-memory).
         """
-        log = open_log_store(uri, storage_options, filesystem)
+        log = open_log_store(uri, storage_options, filesystem, durable=durable)
         table = cls._with_slots(
             log, slots, retry_policy=retry_policy, app_id=app_id, group_commit=group_commit,
             audit_key=audit_key,
@@ -252,17 +257,6 @@ class Table(AlterTable, TableChanges, TableScan, DropFeature, ClusteredTable):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    @staticmethod
-    def exists(
-        uri: str | os.PathLike[str],
-        *,
-        storage_options: Mapping[str, Any] | None = None,
-        filesystem: fsspec.AbstractFileSystem | None = None,
-    ) -> bool:
-        """Whether ``uri`` holds a table (a commit in its ``_delta_log``)."""
-        log = open_log_store(uri, storage_options, filesystem)
-        return bool(LogStore.commit_versions(log.list_log()))
 
     # ------------------------------------------------------------------ properties
 

@@ -27,17 +27,19 @@ def write_table(
     slots: SlotsSpec = None,
     storage_options: Mapping[str, Any] | None = None,
     filesystem: fsspec.AbstractFileSystem | None = None,
+    durable: bool = False,
 ) -> CommitResult:
     """Write ``data`` to the table at ``uri``, creating it when the path holds none.
 
     ``mode`` is ``"append"``, ``"overwrite"``, ``"error"`` (fail if the table exists) or
     ``"ignore"`` (do nothing if it exists), as in Spark and delta-rs. Writers racing to
     create one table: the losers get ProtocolChangedException (retry to append).
+    ``durable``: fsync before the commit is acknowledged (see :meth:`Table.create`).
     """
     if mode not in ("append", "overwrite", "error", "ignore"):
         raise InvalidInputError(f"mode must be append, overwrite, error or ignore; got {mode!r}")
     log = open_log_store(uri, storage_options, filesystem)
-    where: dict[str, Any] = {"storage_options": storage_options, "filesystem": filesystem}
+    where: dict[str, Any] = {"storage_options": storage_options, "filesystem": filesystem, "durable": durable}
     if not LogStore.commit_versions(log.list_log()):
         try:
             table = Table.create(uri, None, partition_by, properties, slots, data=data, **where)
