@@ -327,7 +327,8 @@ class StorageError(EventlogError, OSError):
 
     Fields: ``uri`` (the table), ``path`` (the file, relative to the table where it is
     one of its files), ``step`` (``"data file"``, ``"deletion vector"``, ``"staged
-    commit"``, ``"checkpoint"``) and ``errno``. A write that fails at one of these steps
+    commit"``, ``"slot claim"`` (a local slot store's own disk), ``"checkpoint"``) and
+    ``errno``. A write that fails at one of these steps
     commits nothing and deletes the files it wrote; the table is as it was.
     """
 

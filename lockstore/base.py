@@ -139,6 +139,25 @@ class SlotStoreUnavailableError(LockstoreError):
     """The store could not be reached; the outcome of the call in flight is unknown."""
 
 
+class SlotStoreWriteRefusedError(SlotStoreUnavailableError):
+    """The store's own storage refused a write before anything was written (a full disk,
+    a read-only file system, permission denied): unlike its parent's, this outcome is
+    known, nothing was claimed or changed. ``errno`` is the storage's error number; the
+    ``OSError`` is chained. Callers that only know the parent treat it as unknown, which
+    is safe."""
+
+    def __init__(self, message: str, *, errno: int | None) -> None:
+        super().__init__(message)
+        self.errno = errno
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_refused, (str(self), self.errno))
+
+
+def _refused(message: str, errno: int | None) -> SlotStoreWriteRefusedError:
+    return SlotStoreWriteRefusedError(message, errno=errno)
+
+
 class SlotStoreClosedError(LockstoreError):
     """The store was closed (by :meth:`SlotStore.close`, or by the last table using it)
     before or during the call; nothing more is sent through it. Open a new one."""

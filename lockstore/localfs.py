@@ -52,6 +52,7 @@ from lockstore.base import (
     SlotRecord,
     SlotStore,
     SlotStoreUnavailableError,
+    SlotStoreWriteRefusedError,
     TableBindingError,
     check_range_request,
 )
@@ -114,6 +115,14 @@ def _exists(path: str) -> bool:
     return True
 
 
+def _read_if_exists(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
 def _unlink_quietly(path: str) -> None:
     # Only used for temp files: a leftover temp is harmless (ignored by every reader), while an
     # error here could mask the real outcome of a claim that already succeeded.
@@ -171,28 +180,17 @@ class LocalFileSlotStore(SlotStore):
             # decides every case this check does not catch.
             if _exists(slot):
                 return False
-            if len(payload) <= _MAX_SYMLINK_PAYLOAD:
-                if directory not in self._made:
-                    self._makedirs(directory)
-                    self._made.add(directory)
-                try:
-                    try:
-                        os.symlink(payload.decode("utf-8"), slot)
-                    except FileNotFoundError:
-                        # The directory vanished after we cached it (an operator or test
-                        # removed the root): recreate it once.
-                        self._makedirs(directory)
-                        os.symlink(payload.decode("utf-8"), slot)
-                except FileExistsError:
+            try:
+                if not self._place_slot(directory, slot, payload):
                     return False
-            else:
-                tmp = self._write_temp(directory, payload)
-                try:
-                    os.link(tmp, slot)
-                except FileExistsError:
-                    return False
-                finally:
-                    _unlink_quietly(tmp)
+            except (FileExistsError, FileNotFoundError):
+                raise
+            except OSError as exc:
+                # symlink(2) and link(2) create the slot whole or not at all: refused here,
+                # nothing was claimed.
+                raise SlotStoreWriteRefusedError(
+                    f"claim of version {version} of {table!r} in {directory}: {exc}", errno=exc.errno
+                ) from exc
             if self._fsync:
                 self._sync_dir(directory)
         except OSError as exc:
@@ -292,19 +290,21 @@ class LocalFileSlotStore(SlotStore):
         directory = self.table_dir(table)
         path = os.path.join(directory, _TABLE_ID)
         try:
-            # Link a complete temp file rather than O_EXCL-create and then write: a concurrent
-            # binder must never read an empty id and report a bogus conflict.
-            tmp = self._write_temp(directory, table_id.encode("utf-8"))
-            try:
-                os.link(tmp, path)
-                if self._fsync:
-                    self._sync_dir(directory)
-                return
-            except FileExistsError:
-                with open(path, "rb") as f:
-                    raw = f.read()
-            finally:
-                _unlink_quietly(tmp)
+            raw = _read_if_exists(path)  # bound already (every open but the first): no write
+            if raw is None:
+                # Link a complete temp file rather than O_EXCL-create and then write: a
+                # concurrent binder must never read an empty id and report a bogus conflict.
+                tmp = self._write_temp(directory, table_id.encode("utf-8"))
+                try:
+                    os.link(tmp, path)
+                    if self._fsync:
+                        self._sync_dir(directory)
+                    return
+                except FileExistsError:
+                    with open(path, "rb") as f:
+                        raw = f.read()
+                finally:
+                    _unlink_quietly(tmp)
         except OSError as exc:
             raise SlotStoreUnavailableError(f"binding {table!r} in {directory}: {exc}") from exc
         try:
@@ -366,6 +366,33 @@ class LocalFileSlotStore(SlotStore):
         return f"{type(self).__name__}({self._root!r}, fsync={self._fsync})"
 
     # ------------------------------------------------------------- helpers
+
+    def _place_slot(self, directory: str, slot: str, payload: bytes) -> bool:
+        """Create the slot file ``slot`` holding ``payload`` (a symlink's target when short
+        enough, else a linked temp file); False if it already exists."""
+        if len(payload) <= _MAX_SYMLINK_PAYLOAD:
+            if directory not in self._made:
+                self._makedirs(directory)
+                self._made.add(directory)
+            try:
+                try:
+                    os.symlink(payload.decode("utf-8"), slot)
+                except FileNotFoundError:
+                    # The directory vanished after we cached it (an operator or test
+                    # removed the root): recreate it once.
+                    self._makedirs(directory)
+                    os.symlink(payload.decode("utf-8"), slot)
+            except FileExistsError:
+                return False
+            return True
+        tmp = self._write_temp(directory, payload)
+        try:
+            os.link(tmp, slot)
+        except FileExistsError:
+            return False
+        finally:
+            _unlink_quietly(tmp)
+        return True
 
     def _write_temp(self, directory: str, data: bytes) -> str:
         """Write ``data`` to a fresh uniquely named file in ``directory``; return its path."""

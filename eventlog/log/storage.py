@@ -394,8 +394,7 @@ class LogStore:
         path = self.staged_path(name)
         if self.is_local and atomic:
             tmp = f"{self.staged_dir}/.{name}.{os.getpid()}.{threading.get_ident()}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(data)
+            _write_local(tmp, data)
             if self.durable:
                 sync_file(tmp)
             os.rename(tmp, path)
@@ -403,8 +402,7 @@ class LogStore:
             # Written in place: a staged file is only ever referenced by a slot claim made
             # after this write returned, so recovery never sees a partial one. (A rewrite
             # before a later claim is safe too: no claim references it yet.)
-            with open(path, "wb") as f:
-                f.write(data)
+            _write_local(path, data)
             if self.durable:
                 sync_file(path)
         else:
@@ -446,8 +444,7 @@ class LogStore:
     @staticmethod
     def _exclusive_local_write(target: str, data: bytes, durable: bool) -> bool:
         tmp = f"{target}.{os.getpid()}.{threading.get_ident()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
+        _write_local(tmp, data)
         if durable:
             sync_file(tmp)
         try:
@@ -489,6 +486,17 @@ class LogStore:
             except FileExistsError:
                 return False
             return True
+
+
+def _write_local(path: str, data: bytes) -> None:
+    """Write a whole local file; a write that fails (a full disk) leaves no partial file."""
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
 
 
 def open_log_store(

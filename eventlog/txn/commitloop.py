@@ -16,12 +16,14 @@ from eventlog.errors import (
     DeltaConcurrentModificationException,
     EventlogError,
     SlotStoreError,
+    StorageError,
+    storage_error,
 )
 from eventlog.log.audit import anchor
 from eventlog.log.commit import decode
 from eventlog.log.commitlog import Published
 from eventlog.txn.attempt import CommitAttempt, CommitResult
-from lockstore import SlotClaim, SlotStoreUnavailableError, default_owner
+from lockstore import SlotClaim, SlotStoreUnavailableError, SlotStoreWriteRefusedError, default_owner
 
 log = logging.getLogger("eventlog.commit")
 
@@ -80,6 +82,11 @@ class CommitLoop:
                         with timer.phase("claim"):
                             claim = SlotClaim(attempt.txn_id, attempt.staged_name, owner, digest=anchor(data))
                             granted = slots.claim(key, version, claim)
+                    except SlotStoreWriteRefusedError as exc:
+                        # The store's storage refused the claim (its disk is full): nothing
+                        # was claimed, so the commit provably did not land.
+                        log_store.delete_staged(attempt.staged_name)
+                        raise self._claim_refused(version, exc) from exc
                     except SlotStoreUnavailableError:
                         unknown = version
                         raise
@@ -110,6 +117,13 @@ class CommitLoop:
             # Nothing was claimed: the commit provably did not land.
             log_store.delete_staged(attempt.staged_name)
             raise
+
+    def _claim_refused(self, version: int, exc: SlotStoreWriteRefusedError) -> StorageError:
+        cause = exc.__cause__
+        path = getattr(cause, "filename2", None) or getattr(cause, "filename", None)
+        return storage_error(
+            self.table.uri, str(path or f"slot of version {version}"), "slot claim", cause or exc
+        )
 
     def _exhausted(
         self, attempts: int, started: float, unknown: int | None, last_error: BaseException | None

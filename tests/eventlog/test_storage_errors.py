@@ -20,6 +20,7 @@ from eventlog import EventlogError, StorageError, Table
 from eventlog.files import deletion_vectors
 from eventlog.log import checkpoint
 from eventlog.log.storage import LogStore
+from lockstore import SlotStoreWriteRefusedError
 from tests.conftest import SCHEMA, rows
 
 
@@ -114,3 +115,31 @@ def test_storage_errors_keep_their_fields_when_pickled() -> None:
         StorageError, "t", "a.parquet", "data file", errno.ENOSPC
     )  # fmt: skip
     assert os.strerror(back.errno) == "No space left on device"
+
+
+def test_a_slot_claim_the_local_store_s_disk_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embedded slot store on a full disk: the claim is refused before anything is
+    written, so the commit provably did not land: StorageError at the "slot claim" step,
+    the staged commit deleted, the table as it was."""
+    t = Table.create(str(tmp_path / "t"), SCHEMA)
+    t.append(rows([1]))
+    real_symlink = os.symlink
+
+    def full(src: str, dst: str, *args: object, **kwargs: object) -> None:
+        if "/_eventlog/slots/" in str(dst):
+            raise OSError(errno.ENOSPC, "No space left on device", src, None, dst)
+        real_symlink(src, dst)
+
+    monkeypatch.setattr(os, "symlink", full)
+    with pytest.raises(StorageError) as err:
+        t.append(rows([2]))
+    assert (err.value.step, err.value.errno, err.value.uri) == ("slot claim", errno.ENOSPC, t.uri)
+    assert "_eventlog/slots/" in err.value.path
+    refused = err.value.__cause__  # lockstore's error, with the OSError under it
+    assert isinstance(refused, SlotStoreWriteRefusedError) and refused.errno == errno.ENOSPC
+    assert isinstance(refused.__cause__, OSError)
+    assert pickle.loads(pickle.dumps(refused)).errno == errno.ENOSPC
+    assert LogStore(t.uri).list_staged() == []
+    monkeypatch.undo()
+    assert Table.open(t.uri).version == 1
+    assert t.append(rows([3])).version == 2
