@@ -157,7 +157,10 @@ class MotoS3Server(Managed):
     the module doc) makes conditional writes atomic. ``switch_interval`` sets the server
     interpreter's ``sys.setswitchinterval`` (tests shorten it to provoke races).
     ``log_requests`` keeps werkzeug's line per request in the log (off: the log holds only
-    warnings and errors, with tracebacks of requests moto failed).
+    warnings and errors, with tracebacks of requests moto failed). ``persist_dir`` keeps the
+    buckets in that directory, so the server can be killed and started again (:meth:`start`
+    after :meth:`kill`, on the same ``port``) with its objects: see ``--persist`` in
+    tests/support/moto_serve.py for what is kept and how (moto itself keeps them in memory).
     """
 
     def __init__(
@@ -169,6 +172,7 @@ class MotoS3Server(Managed):
         serialize_writes: bool = True,
         switch_interval: float | None = None,
         log_requests: bool = False,
+        persist_dir: Path | None = None,
         python: str = sys.executable,
     ) -> None:
         self._explicit_port = port is not None
@@ -178,6 +182,7 @@ class MotoS3Server(Managed):
         self.serialize_writes = serialize_writes
         self.switch_interval = switch_interval
         self.log_requests = log_requests
+        self.persist_dir = persist_dir
         self.python = python
         self.dir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -220,6 +225,8 @@ class MotoS3Server(Managed):
             cmd += ["--switch-interval", repr(self.switch_interval)]
         if self.log_requests:
             cmd.append("--log-requests")
+        if self.persist_dir is not None:
+            cmd += ["--persist", str(self.persist_dir)]
         return cmd
 
     def _launch(self) -> None:
