@@ -327,7 +327,8 @@ class StorageError(EventlogError, OSError):
 
     Fields: ``uri`` (the table), ``path`` (the file, relative to the table where it is
     one of its files), ``step`` (``"data file"``, ``"deletion vector"``, ``"staged
-    commit"``, ``"slot claim"`` (a local slot store's own disk), ``"checkpoint"``) and
+    commit"``, ``"slot claim"`` (a local slot store's own disk), ``"checkpoint"``, ``"commit
+    log"``: reading ``_delta_log``) and
     ``errno``. A write that fails at one of these steps
     commits nothing and deletes the files it wrote; the table is as it was.
     """
@@ -348,7 +349,8 @@ def storage_error(uri: str, path: str, step: str, cause: BaseException) -> Stora
         else str(cause) or type(cause).__name__
     )
     return StorageError(
-        f"{uri}: storage failed writing the {step} {path}: {reason}",
+        f"{uri}: storage failed {'reading' if step == 'commit log' else 'writing'} the {step} "
+        f"{path}: {reason}",
         uri=uri,
         path=path,
         step=step,
@@ -356,15 +358,30 @@ def storage_error(uri: str, path: str, step: str, cause: BaseException) -> Stora
     )
 
 
+#: Packages of the object-store clients under fsspec, whose errors s3fs, gcsfs and adlfs
+#: raise as they are when no HTTP answer came (a refused or reset connection, a timeout).
+_CLIENT_PACKAGES = frozenset({"botocore", "aiobotocore", "aiohttp", "urllib3", "requests", "google", "azure"})
+
+
+def is_storage_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is storage failing: an ``OSError`` or an object-store client's error."""
+    if isinstance(exc, OSError):
+        return True
+    return any(cls.__module__.split(".")[0] in _CLIENT_PACKAGES for cls in type(exc).__mro__)
+
+
 @contextlib.contextmanager
 def storage_step(uri: str, path: str, step: str = "data file") -> Iterator[None]:
-    """An ``OSError`` from storage inside becomes :class:`StorageError` (naming ``path``
-    and ``step``), the cause chained; the library's own errors pass as they are."""
+    """An ``OSError`` (or an object-store client's error) from storage inside becomes
+    :class:`StorageError` (naming ``path`` and ``step``), the cause chained; the library's
+    own errors pass as they are."""
     try:
         yield
     except EventlogError:
         raise
-    except OSError as exc:
+    except Exception as exc:
+        if not is_storage_failure(exc):
+            raise
         raise storage_error(uri, path, step, exc) from exc
 
 

@@ -246,6 +246,10 @@ class LogStore:
 
     def list_log(self) -> list[str]:
         """Base names in ``_delta_log`` (empty when it does not exist)."""
+        with storage_step(self.uri, LOG_DIR, "commit log"):
+            return self._list_log()
+
+    def _list_log(self) -> list[str]:
         if self.is_local:
             try:
                 return os.listdir(self.log_dir)
@@ -282,7 +286,13 @@ class LogStore:
                 with open(path, "rb") as f:
                     return f.read()
             probed = self._take_probed(version)
-            return probed if probed is not None else self._get(path)
+            if probed is not None:
+                return probed
+            with storage_step(self.uri, f"{LOG_DIR}/{commit_file_name(version)}", "commit log"):
+                try:
+                    return self._get(path)
+                except FileNotFoundError:
+                    return None
         except FileNotFoundError:
             return None
 
@@ -316,10 +326,11 @@ class LogStore:
         path = self.commit_path(version)
         if self.is_local:
             return os.path.exists(path)
-        try:
-            head = self._get_head(path)
-        except FileNotFoundError:
-            return False
+        with storage_step(self.uri, f"{LOG_DIR}/{commit_file_name(version)}", "commit log"):
+            try:
+                head = self._get_head(path)
+            except FileNotFoundError:
+                return False
         if len(head) < PROBE_BYTES:
             self._keep_probed(version, head)
         return True

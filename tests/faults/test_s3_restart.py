@@ -108,4 +108,3 @@ def test_writers_survive_the_s3_server_killed_mid_commit(durable: MotoS3Server, 
     batch = pa.table({"id": [-1], "worker": [-1], "batch": [-1]}, schema=SCHEMA)
     assert table.append(batch).version == len({a["version"] for a in acks}) + 1
     table.close()
-    print("writer errors:", [e for r in results for e in r.errors])
