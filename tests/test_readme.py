@@ -1,11 +1,13 @@
-"""README.md is a contract: every fenced block in it is run, or checked, here.
+"""README.md and the documentation site (every ``docs/**/*.md`` page) are a contract: every
+fenced block in them is run, or checked, here, by the same rules on every page.
 
 A block's fence info string says what it is:
 
-* ``python``: run. The blocks of one ``##`` section (its ``###`` subsections included) run
-  in order in one namespace, as a reader pasting them one after another would: a table
-  created in one block is used in the next. Each section is one test,
-  ``test_python_section[<the heading's anchor>]``, run in a fresh temporary directory
+* ``python``: run. The blocks of one ``##`` section of a page (its ``###`` subsections
+  included; a page's ``#`` title is a section too) run in order in one namespace, as a
+  reader pasting them one after another would: a table created in one block is used in the
+  next. Sections do not share names, not even on one page. Each section is one test,
+  ``test_python_section[<page>#<the heading's anchor>]``, run in a fresh temporary directory
   (also the working directory). Absolute example locations are rewritten into it:
   string literals starting with ``/`` (``"/data/events"``) become local directories.
   Object-store URIs (``"s3://bucket/events"``) go to a fresh bucket on the suite's S3
@@ -25,6 +27,7 @@ A block's fence info string says what it is:
   ``python -m module ...`` a module whose ``main`` accepts exactly these arguments (they
   are parsed, nothing runs), any other command on ``PATH`` or in the venv.
 * ``text``: output, layouts and other text that is not code; not run.
+* ``mermaid``: a diagram (the site draws it); not run.
 
 Any other info string, or none, fails ``test_every_block_is_run_or_marked``.
 """
@@ -54,8 +57,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 
-RUN, COMMANDS, NOT_RUN = "python", "bash", "text"
+RUN, COMMANDS, NOT_RUN, DIAGRAM = "python", "bash", "text", "mermaid"
 
 #: The table the ZooKeeper section opens; the test creates it first.
 ZK_TABLE = "s3://bucket/events"
@@ -74,13 +78,14 @@ _URL = re.compile(r"^([a-z][a-z0-9+.-]*)://")
 @dataclass(frozen=True)
 class Block:
     kind: str  # the fence info string
-    line: int  # README line of the block's first line of code
+    line: int  # the page line of the block's first line of code
     code: str
     section: str  # the enclosing ``##`` heading
     heading: str  # the innermost heading
+    page: str = "README.md"  # the file, relative to the repository
 
     def where(self) -> str:
-        return f"README.md:{self.line} (under {self.heading!r})"
+        return f"{self.page}:{self.line} (under {self.heading!r})"
 
 
 def anchor(heading: str) -> str:
@@ -89,9 +94,19 @@ def anchor(heading: str) -> str:
     return text.replace(" ", "-")
 
 
-def readme_blocks(text: str | None = None) -> list[Block]:
-    """Every fenced block of the README, with the headings it sits under."""
-    lines = (README.read_text(encoding="utf-8") if text is None else text).splitlines()
+def pages() -> list[Path]:
+    """README.md, then every page of the site, in path order."""
+    return [README, *sorted(DOCS.rglob("*.md"))]
+
+
+def page_name(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def readme_blocks(text: str | None = None, page: str = "README.md") -> list[Block]:
+    """Every fenced block of a page (the README unless ``text`` is given), with the headings
+    it sits under."""
+    lines = ((ROOT / page).read_text(encoding="utf-8") if text is None else text).splitlines()
     blocks: list[Block] = []
     section = heading = ""
     i = 0
@@ -109,21 +124,27 @@ def readme_blocks(text: str | None = None) -> list[Block]:
         end = start
         while end < len(lines) and lines[end].rstrip() != "```":
             end += 1
-        assert end < len(lines), f"README.md:{i + 1}: unclosed code fence"
+        assert end < len(lines), f"{page}:{i + 1}: unclosed code fence"
         code = "\n".join(lines[start:end]) + "\n"
-        blocks.append(Block(fence.group(1).strip(), start + 1, code, section, heading))
+        blocks.append(Block(fence.group(1).strip(), start + 1, code, section, heading, page))
         i = end + 1
     return blocks
 
 
-BLOCKS = readme_blocks()
+BLOCKS = [block for path in pages() for block in readme_blocks(page=page_name(path))]
 
 
 def _sections() -> dict[str, list[Block]]:
+    """The python blocks of each section, keyed by ``<page>#<the section's anchor>``."""
     out: dict[str, list[Block]] = {}
     for block in BLOCKS:
         if block.kind == RUN:
-            out.setdefault(block.section, []).append(block)
+            key = f"{block.page}#{anchor(block.section)}"
+            blocks = out.setdefault(key, [])
+            assert not blocks or blocks[0].section == block.section, (
+                f"{block.where()}: two sections named {key}"
+            )
+            blocks.append(block)
     return out
 
 
@@ -147,26 +168,27 @@ def _uses_object_store(blocks: list[Block]) -> bool:
 
 
 def _section_params() -> Iterator[Any]:
-    for title, blocks in SECTIONS.items():
+    for key, blocks in SECTIONS.items():
         marks = []
         if _uses_spark(blocks):
             marks += [pytest.mark.spark, pytest.mark.timeout(300)]
         if _uses_zookeeper(blocks):
             marks += [pytest.mark.zookeeper, pytest.mark.timeout(300)]
-        yield pytest.param(title, id=anchor(title), marks=marks)
+        yield pytest.param(key, id=key, marks=marks)
 
 
 # --------------------------------------------------------------------------- the catalogue
 
 
 def test_every_block_is_run_or_marked() -> None:
-    kinds = (RUN, COMMANDS, NOT_RUN)
+    kinds = (RUN, COMMANDS, NOT_RUN, DIAGRAM)
     unknown = [f"{b.where()}: info string {b.kind!r}" for b in BLOCKS if b.kind not in kinds]
     assert not unknown, (
-        f"mark each block ```{RUN} (run), ```{COMMANDS} (commands checked) or ```{NOT_RUN} (not run): "
-        + "; ".join(unknown)
+        f"mark each block ```{RUN} (run), ```{COMMANDS} (commands checked), ```{NOT_RUN} (not run) "
+        f"or ```{DIAGRAM} (a diagram): " + "; ".join(unknown)
     )
-    assert SECTIONS, "the README has no python block"
+    assert any(key.startswith("README.md#") for key in SECTIONS), "the README has no python block"
+    assert any(key.startswith("docs/") for key in SECTIONS), "the site has no python block"
     for block in BLOCKS:
         if block.kind == RUN:
             compile(block.code, block.where(), "exec")  # a syntax error names its README line
@@ -176,12 +198,13 @@ def test_readme_parser_follows_sections() -> None:
     text = (
         "# T\n\n## A: one\n\n```python\nx = 1\n```\n\n### B\n\n```text\nout\n```\n\n## C\n```bash\nls\n```\n"
     )
-    blocks = readme_blocks(text)
-    assert [(b.kind, b.line, b.code, b.section, b.heading) for b in blocks] == [
-        ("python", 6, "x = 1\n", "A: one", "A: one"),
-        ("text", 12, "out\n", "A: one", "B"),
-        ("bash", 17, "ls\n", "C", "C"),
+    blocks = readme_blocks(text, page="docs/p.md")
+    assert [(b.kind, b.line, b.code, b.section, b.heading, b.page) for b in blocks] == [
+        ("python", 6, "x = 1\n", "A: one", "A: one", "docs/p.md"),
+        ("text", 12, "out\n", "A: one", "B", "docs/p.md"),
+        ("bash", 17, "ls\n", "C", "C", "docs/p.md"),
     ]
+    assert blocks[0].where() == "docs/p.md:6 (under 'A: one')"
     assert anchor("Many machines: version slots in ZooKeeper") == "many-machines-version-slots-in-zookeeper"
 
 
@@ -246,7 +269,8 @@ class Checks:
 
     def __init__(self, namespace: dict[str, Any]) -> None:
         self.namespace = namespace
-        self.expected: dict[int, str] = {}  # README line -> expected-value source
+        self.expected: dict[int, str] = {}  # page line -> expected-value source
+        self.page = "README.md"  # the page of the block being run
         self.ran: set[int] = set()
 
     def instrument(self, block: Block, code: str) -> ast.Module:
@@ -260,9 +284,11 @@ class Checks:
                 try:
                     ast.parse(text, mode="eval")
                 except SyntaxError:
-                    pytest.fail(f"README.md:{line}: `{tok.string}` is not a Python expression", pytrace=False)
+                    pytest.fail(
+                        f"{block.page}:{line}: `{tok.string}` is not a Python expression", pytrace=False
+                    )
                 expectations[line] = text
-        tree = ast.parse(code, filename=str(README))
+        tree = ast.parse(code, filename=str(ROOT / block.page))
         ast.increment_lineno(tree, block.line - 1)
         checks = self
 
@@ -286,7 +312,7 @@ class Checks:
 
         tree = ast.fix_missing_locations(Instrument().visit(tree))
         assert not expectations, (
-            f"`{_CHECK}` comments not on an expression statement, README.md lines {sorted(expectations)}"
+            f"`{_CHECK}` comments not on an expression statement, {block.page} lines {sorted(expectations)}"
         )
         return tree
 
@@ -294,12 +320,12 @@ class Checks:
         self.ran.add(line)
         expected = eval(expected_src, self.namespace)
         assert actual == expected, (
-            f"README.md:{line}: `{source}` is {actual!r}, the README says {expected_src}"
+            f"{self.page}:{line}: `{source}` is {actual!r}, the page says {expected_src}"
         )
 
     def all_ran(self) -> None:
         missed = sorted(set(self.expected) - self.ran)
-        assert not missed, f"`{_CHECK}` checks that never ran, README.md lines {missed}"
+        assert not missed, f"`{_CHECK}` checks that never ran, {self.page} lines {missed}"
 
 
 def _shifted(node: ast.AST, block: Block) -> ast.AST:
@@ -317,11 +343,12 @@ def run_section(blocks: list[Block], namespace: dict[str, Any], rewrite: Rewrite
     checks = Checks(namespace)
     namespace["__readme_check__"] = checks.check
     for block in blocks:
+        checks.page = block.page
         code = rewrite(block.code)
         assert code.count("\n") == block.code.count("\n"), "rewriting must keep line numbers"
         tree = checks.instrument(block, code)
         rewrite.check_local(tree, block)
-        exec(compile(tree, str(README), "exec"), namespace)
+        exec(compile(tree, str(ROOT / block.page), "exec"), namespace)
     checks.all_ran()
 
 
@@ -435,7 +462,7 @@ def test_checks_catch_a_wrong_result(tmp_path: Path) -> None:
     namespace: dict[str, Any] = {}
     run_section(section('x = 2\nx + 1  # -> 3\npath = "/data/t"\n'), namespace, rewrite)
     assert namespace["path"] == f"{tmp_path}/data/t"
-    with pytest.raises(AssertionError, match=r"README.md:11: `x \+ 1` is 3, the README says 4"):
+    with pytest.raises(AssertionError, match=r"README.md:11: `x \+ 1` is 3, the page says 4"):
         run_section(section("x = 2\nx + 1  # -> 4\n"), {}, rewrite)
     with pytest.raises(AssertionError, match=r"never ran, README.md lines \[12\]"):
         run_section(section("if False:\n    pass\n    1  # -> 1\n"), {}, rewrite)
@@ -500,7 +527,7 @@ def _shell_params() -> Iterator[Any]:
     seen: dict[str, int] = {}
     for block in BLOCKS:
         if block.kind == COMMANDS:
-            name = anchor(block.heading)
+            name = f"{block.page}#{anchor(block.heading)}"
             seen[name] = seen.get(name, 0) + 1
             yield pytest.param(block, id=name if seen[name] == 1 else f"{name}-{seen[name]}")
 
@@ -514,7 +541,9 @@ def test_shell_block_commands_exist(block: Block, capsys: pytest.CaptureFixture[
             problem = _command_problem(words)
             if problem is not None:
                 err = capsys.readouterr().err.strip()
-                problems.append(f"README.md:{block.line + offset}: {line.strip()!r}: {problem} {err}".strip())
+                problems.append(
+                    f"{block.page}:{block.line + offset}: {line.strip()!r}: {problem} {err}".strip()
+                )
     assert not problems, "\n".join(problems)
 
 
