@@ -493,6 +493,8 @@ class CommitLog:
             raise self._gap(version)
         with f:
             first = f.read(_FIRST_READ)  # most commits are small: no 16 MB buffer for them
+            if not first:
+                raise self._empty(version)
             if len(first) < _FIRST_READ:  # the whole (small) commit
                 if note_digest:
                     self._note_digest(version, first)  # what the next commit chains to
@@ -512,6 +514,8 @@ class CommitLog:
             data = self.log.read_commit(version)
             if data is None:
                 raise self._gap(version)
+            if not data:
+                raise self._empty(version)
             raw.append((version, data))
         try:
             return decode_per_line(raw)
@@ -534,6 +538,18 @@ class CommitLog:
             version=version,
         )
 
+    def _empty(self, version: int) -> CorruptLogError:
+        """A commit file of zero bytes: never one a writer publishes (each carries at least
+        its commitInfo), but what a power loss leaves of a commit whose directory entry was
+        written back and whose content was not (a table not in durable mode): refused, so a
+        reader never takes the torn table for one with an empty commit."""
+        return CorruptLogError(
+            f"{self.uri}: commit {version} ({self.log.commit_path(version)}) is empty: its content "
+            "was lost (a power loss before it was written back?); restore it from a copy",
+            uri=self.uri,
+            version=version,
+        )
+
     def _corrupt(self, version: int, exc: ActionDecodeError) -> CorruptLogError:
         return CorruptLogError(
             f"{self.uri}: corrupt commit {version} ({self.log.commit_path(version)}) {exc}",
@@ -552,6 +568,8 @@ class CommitLog:
             if not required:
                 return None
             raise self._gap(version)
+        if not data:
+            raise self._empty(version)
         self._note_digest(version, data)
         try:
             commit = decode(version, data)

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pytest
 
 from eventlog import Table, write_table
+from eventlog.errors import CorruptLogError
 from eventlog.log.durable import DurableLocalFileSystem, is_durable
 from eventlog.log.storage import commit_file_name
 from lockstore import LocalFileSlotStore
@@ -178,3 +179,19 @@ def test_object_stores_need_nothing(synced: Synced) -> None:
     assert not table.log.durable and not isinstance(table.log.fs, DurableLocalFileSystem)
     assert synced.calls == []
     assert sorted(table.to_arrow().column("x").to_pylist()) == [1, 2]
+
+
+@pytest.mark.parametrize("emptied", [1, 2])
+def test_a_commit_emptied_by_a_power_loss_is_refused(tmp_path: Path, emptied: int) -> None:
+    # Without durable mode, a power loss after the kernel wrote a directory back but not a
+    # file's content leaves a zero-byte commit file (ext4's zero-length files). Reading it
+    # as a commit without actions would show a torn table (rows of later commits on top of
+    # a missing one), so readers get a typed error naming the version.
+    root = tmp_path / "torn"
+    table = Table.create(root, data=_rows(1))
+    table.append(_rows(2))
+    table.append(_rows(3))
+    (root / "_delta_log" / commit_file_name(emptied)).write_bytes(b"")
+    with pytest.raises(CorruptLogError) as caught:
+        Table.open(root)
+    assert caught.value.version == emptied
