@@ -172,6 +172,7 @@ def test_http_errors_for_matching_requests_on_one_keep_alive_connection(
         conn.close()
         assert seen == [("PUT", "/b/t/_delta_log/0.json", b"{}"), ("PUT", "/b/t/data.parquet", b"d")]
         assert rule.fired == 2 and proxy.stats()["requests"] == 5
+        assert proxy.stats()["statuses"] == {"200": 2}  # the server's answers only
 
 
 def test_http_rate_is_a_fraction_of_matches(

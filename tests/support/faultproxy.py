@@ -41,7 +41,8 @@ reset: "did my write land?"), ``reset_response`` (``after_bytes`` of the answer 
 client, then a reset), ``blackhole`` (never answered) or ``forward``. In-process rules may
 carry ``on_match``, called in the connection's thread with the request when the rule fires,
 ``when="request"`` (before forwarding) or ``"response"`` (after the server answered).
-:meth:`FaultProxy.stats` counts connections, requests and each rule's firings.
+:meth:`FaultProxy.stats` counts connections, requests, each rule's firings and the server's
+answers by status.
 """
 
 from __future__ import annotations
@@ -133,6 +134,7 @@ class FaultProxy:
         self._running = False
         self._open: set[socket.socket] = set()
         self._counts: dict[str, int] = {"connections": 0, "requests": 0, "resets": 0}
+        self._statuses: dict[str, int] = {}  # the server's answers by status (HTTP mode)
         self._accept_thread: threading.Thread | None = None
 
     @staticmethod
@@ -227,7 +229,7 @@ class FaultProxy:
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
-            return dict(self._counts, fired=[r.fired for r in self.rules])
+            return dict(self._counts, fired=[r.fired for r in self.rules], statuses=dict(self._statuses))
 
     def reset_connections(self) -> None:
         """Reset (RST) every open connection, both sides."""
@@ -417,6 +419,7 @@ class FaultProxy:
                     return  # both sides reset in the finally clauses
                 self._send(upstream, message, state)
                 answer, close = self._read_response(up_reader, request)
+                self._count_status(answer)
                 if rule is not None and rule.on_match is not None and rule.when == "response":
                     rule.on_match(request)
                 if action == "drop_response":
@@ -432,6 +435,11 @@ class FaultProxy:
             if upstream is not None:
                 self._forget(upstream)
                 _reset(upstream)
+
+    def _count_status(self, answer: bytes) -> None:
+        status = answer.split(b" ", 2)[1].decode()
+        with self._lock:
+            self._statuses[status] = self._statuses.get(status, 0) + 1
 
     @staticmethod
     def _read_response(up_reader: BinaryIO, request: HttpRequest) -> tuple[bytes, bool]:
