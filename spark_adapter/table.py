@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -48,6 +47,7 @@ from pyspark.sql.types import BooleanType, DataType, StringType, StructField, St
 from eventlog import Table
 from eventlog.errors import InvalidInputError
 from eventlog.log.location import TableLocation
+from eventlog.log.storage_clock import retention_now_ms
 from eventlog.ops.transaction import Transaction
 from eventlog.ops.vacuum import (
     RETENTION_CHECK_CONF,
@@ -270,7 +270,7 @@ class EventlogTable:
         """
         snap = self._table.refresh()
         enforce = str(self._spark.conf.get(RETENTION_CHECK_CONF, "true")).lower() != "false"
-        horizon = int(time.time() * 1000) - retention_ms(snap, retentionHours, enforce=enforce)
+        horizon = retention_now_ms(self._table.log) - retention_ms(snap, retentionHours, enforce=enforce)
         valid = referenced_files(self._table, horizon)
         fs, root = self._location.files()
         canonical = self._location.uri

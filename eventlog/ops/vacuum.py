@@ -20,7 +20,6 @@ in parallel over :func:`top_level_entries`.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from urllib.parse import unquote, urlparse
 
@@ -33,6 +32,7 @@ from eventlog.files.change_data import CHANGE_DATA_DIR
 from eventlog.files.partition_values import escape_path_name
 from eventlog.log.actions import DeletionVectorDescriptor
 from eventlog.log.storage import LEGACY_STAGED_DIR, STAGED_DIR, file_mtime_ms
+from eventlog.log.storage_clock import retention_now_ms
 from eventlog.ops.alter import (
     DEFAULT_DELETED_FILE_RETENTION,
     DELETED_FILE_RETENTION_KEY,
@@ -209,7 +209,8 @@ def vacuum(
     commits older than the retention; their URIs, sorted."""
     snap = table.refresh()
     check_writable(snap.protocol, snap.metadata)  # vacuumProtocolCheck: VACUUM is a writer
-    horizon = int(time.time() * 1000) - retention_ms(snap, retention_hours, enforce=enforce_retention)
+    # "Now" by the storage's clock when this machine's runs ahead (eventlog.log.storage_clock).
+    horizon = retention_now_ms(table.log) - retention_ms(snap, retention_hours, enforce=enforce_retention)
     keep = referenced_files(table, horizon)
     fs, root = table.log.fs, table.log.root
     entries = top_level_entries(fs, root, snap.partition_columns)

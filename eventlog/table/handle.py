@@ -15,7 +15,6 @@ import datetime as dt
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Self
 
@@ -31,6 +30,7 @@ from eventlog.log.cleanup import cleanup_cutoff_ms
 from eventlog.log.commit import Commit
 from eventlog.log.commitlog import CommitLog, Published, SlotsSpec, acquire_slots
 from eventlog.log.storage import LogStore, open_log_store
+from eventlog.log.storage_clock import retention_now_ms
 from eventlog.log.verify import VerifyReport
 from eventlog.log.verify import verify as verify_log
 from eventlog.ops.alter import (
@@ -398,10 +398,11 @@ class Table(AlterTable, TableChanges, TableScan, DropFeature, ClusteredTable, Ta
         retention = parse_interval_ms(
             snap.properties.get(DELETED_FILE_RETENTION_KEY, DEFAULT_DELETED_FILE_RETENTION)
         )
-        horizon = int(time.time() * 1000) - retention
+        now = retention_now_ms(self.log)  # this machine's clock, bounded by the storage's
+        horizon = now - retention
         head = self.commitlog.commit_digest(snap.version)
         version = write_snapshot_checkpoint(self.log, snap, tombstone_horizon_ms=horizon, chain_head=head)
-        cutoff = cleanup_cutoff_ms(snap.properties)
+        cutoff = cleanup_cutoff_ms(snap.properties, now)
         if cutoff is not None:
             self._clean_log(snap, version, cutoff)
         return version
