@@ -31,7 +31,7 @@ from eventlog.errors import CorruptLogError, InvalidInputError
 from eventlog.files.change_data import CHANGE_DATA_DIR
 from eventlog.files.partition_values import escape_path_name
 from eventlog.log.actions import DeletionVectorDescriptor
-from eventlog.log.storage import LEGACY_STAGED_DIR, STAGED_DIR, file_mtime_ms
+from eventlog.log.storage import LEGACY_STAGED_DIR, STAGED_DIR, LogStore, file_mtime_ms
 from eventlog.log.storage_clock import retention_now_ms
 from eventlog.ops.alter import (
     DEFAULT_DELETED_FILE_RETENTION,
@@ -90,7 +90,7 @@ def referenced_files(table: CommitTarget, horizon: int) -> set[str]:
             (commit,) = table.commits_between(version, version)
         except CorruptLogError:
             break  # older commits were cleaned up
-        if (commit.timestamp or 0) < horizon:
+        if (commit.timestamp or 0) < horizon and not _written_since(table.log, version, horizon):
             break
         for add in commit.adds:
             keep(add.path, add.deletion_vector)
@@ -98,6 +98,14 @@ def referenced_files(table: CommitTarget, horizon: int) -> set[str]:
             keep(rm.path, rm.deletion_vector)
         version -= 1
     return valid
+
+
+def _written_since(log: LogStore, version: int, horizon: int) -> bool:
+    """Whether commit ``version``'s file was written at or after ``horizon`` by the storage's
+    clock. Its commitInfo timestamp is its writer's clock: a writer running hours behind
+    dates a fresh remove hours back, and the files it removed must stay for the retention."""
+    mtime = log.commit_mtime_ms(version)
+    return mtime is not None and mtime >= horizon
 
 
 # What ``urlparse`` takes for a scheme: a letter, then letters, digits, "+", "-" or ".", then ":".
