@@ -25,7 +25,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
-from eventlog.errors import DataFileNotFoundError, UnknownColumnError
+from eventlog.errors import CorruptDataFileError, DataFileNotFoundError, UnknownColumnError
 from eventlog.files import column_mapping as cm
 from eventlog.files.schema import decode_partition_value
 from eventlog.files.stats import _has_minmax
@@ -97,6 +97,11 @@ def read_data_files(
     except FileNotFoundError as exc:
         missing = next((p for p in paths if not fs.exists(p)), str(exc))
         raise DataFileNotFoundError(root, missing, None) from exc
+    except pa.ArrowInvalid as exc:
+        corrupt = next(((p, why) for p in paths if (why := not_parquet(fs, p)) is not None), None)
+        if corrupt is None:
+            raise
+        raise CorruptDataFileError(root, corrupt[0], None, corrupt[1]) from exc
     if not file_index:
         return _exact_types(table, out_schema)
     index = table.column(_FRAGMENT_INDEX)
@@ -272,6 +277,22 @@ def _partition_expression(
     return expr if expr is not None else pc.scalar(True)
 
 
+def not_parquet(fs: fsspec.AbstractFileSystem, path: str) -> str | None:
+    """Why the file at ``path`` cannot be Parquet (too small, no ``PAR1`` magic at either
+    end), or None when it may be."""
+    try:
+        size = fs.size(path)
+        if size < 12:
+            return f"{size} bytes, too small for a Parquet file"
+        with fs.open(path, "rb") as f:
+            head = f.read(4)
+            f.seek(size - 4)
+            tail = f.read(4)
+    except FileNotFoundError:
+        return None
+    return None if head == tail == b"PAR1" else "no Parquet magic bytes at its start or end"
+
+
 class DataFileReader:
     """One data file, opened for reads of some of its row groups and columns.
 
@@ -315,7 +336,10 @@ class DataFileReader:
         else:
             source = pa.BufferReader(pa.py_buffer(fetch_file(fs, path, add.size)))
             self._fragment = _PARQUET_FORMAT.make_fragment(source, partition_expression=expr)
-        self.metadata: pq.FileMetaData = self._fragment.metadata
+        try:
+            self.metadata: pq.FileMetaData = self._fragment.metadata
+        except pa.ArrowInvalid as exc:  # no Parquet footer: an empty or torn file
+            raise CorruptDataFileError(root, path, None, str(exc)) from exc
         if self._logical is not None and cm.is_id_mode(self._logical):
             # id mode: columns this file holds under other names (same field id) read by those.
             rename = cm.resolve_by_id(self._fragment.physical_schema, self.schema)
