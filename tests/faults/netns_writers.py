@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from eventlog import CommitStateUnknownError, RetryPolicy, SlotStoreError, Table
 from eventlog.log.commit import member_txn_ids
+from lockstore.zookeeper import ZooKeeperSlotStore
 from tests.support.invariants import SCHEMA, check_invariants, writer
 from tests.support.netns import Network, enter
 from tests.support.processes import killpg, launch, log_tail, reap
@@ -139,6 +140,7 @@ def appender(
     slots: str,
     storage_options: dict[str, Any] | None,
     retry_seconds: float,
+    group_commit: bool,
     ready: Any,
     start: Any,
     stop: Any,
@@ -150,7 +152,9 @@ def appender(
     counts the acknowledged ones as they come."""
     result = Outcome(worker)
     policy = RetryPolicy(max_duration=retry_seconds)
-    table = Table.open(uri, slots=slots, storage_options=storage_options, retry_policy=policy)
+    table = Table.open(
+        uri, slots=slots, storage_options=storage_options, retry_policy=policy, group_commit=group_commit
+    )
     ready.set()
     start.wait(60)
     number = 0
@@ -171,24 +175,32 @@ def victim(
     slots: str,
     storage_options: dict[str, Any] | None,
     retry_seconds: float,
+    hold_at: str,
     steps: Sequence[tuple[Any, Any]],
     out: Any,
 ) -> None:
     """One append per step ``(held, release)``: where ``held`` is not None, the append stops
-    right after its claim was granted, sets ``held`` and waits (at most 60 s) for
-    ``release`` before publishing; otherwise it waits for ``release`` first, then appends.
-    Each step's outcome is put on ``out`` as it happens."""
-    original = Table.publish_claimed
+    (``hold_at``) ``"publish"``: right after its claim was granted, or ``"claim"``: right
+    before it sends the claim; it sets ``held`` and waits (at most 60 s) for ``release``.
+    Otherwise it waits for ``release`` first, then appends. Each step's outcome is put on
+    ``out`` as it happens."""
     hold: list[tuple[Any, Any]] = []
 
-    def publish_claimed(self: Table, *args: Any, **kwargs: Any) -> Any:
-        if hold:
-            held, release = hold.pop()
-            held.set()
-            release.wait(60)
-        return original(self, *args, **kwargs)
+    def holding(original: Callable[..., Any]) -> Callable[..., Any]:
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if hold:
+                held, release = hold.pop()
+                held.set()
+                release.wait(60)
+            return original(self, *args, **kwargs)
 
-    Table.publish_claimed = publish_claimed  # type: ignore[method-assign]
+        return method
+
+    if hold_at == "publish":
+        Table.publish_claimed = holding(Table.publish_claimed)  # type: ignore[method-assign]
+    else:
+        assert hold_at == "claim", hold_at
+        ZooKeeperSlotStore.claim = holding(ZooKeeperSlotStore.claim)  # type: ignore[method-assign]
     policy = RetryPolicy(max_duration=retry_seconds)
     table = Table.open(uri, slots=slots, storage_options=storage_options, retry_policy=policy)
     for number, (held, release) in enumerate(steps):
@@ -214,11 +226,16 @@ def final_checks(
     or not at all), ``verify``, then one more append; puts ``(verify report, latest version
     before the append, the append's version)`` on ``out``."""
     probe = Table.open(uri, slots=slots, storage_options=storage_options)
-    carried = [txn for h in probe.history() for txn in member_txn_ids(h)]
+    carried = {h["version"]: set(member_txn_ids(h)) for h in probe.history() if h["version"] > 0}
     probe.close()
-    landed = {u["txn"] for u in unknown if u["txn"] in carried}
+    acked, in_doubt = {a["txn"] for a in acks}, {u["txn"] for u in unknown}
+    stray = {v: txns - acked - in_doubt for v, txns in carried.items() if txns - acked - in_doubt}
+    assert not stray, f"commits that landed neither acknowledged nor in doubt: {stray}"
+    landed = {txn for txns in carried.values() for txn in txns} & in_doubt
+    # Versions that carry no acknowledged commit: only commits of unknown outcome.
+    unacknowledged = sum(1 for txns in carried.values() if not txns & acked)
     table = check_invariants(
-        uri, acks, slots=slots, storage_options=storage_options, unacknowledged=len(landed)
+        uri, acks, slots=slots, storage_options=storage_options, unacknowledged=unacknowledged
     )
     rows = set(table.to_arrow().column("id").to_pylist())
     for u in unknown:
