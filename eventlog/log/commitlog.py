@@ -10,6 +10,7 @@ top.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import itertools
@@ -90,6 +91,15 @@ def unreachable(uri: str, cause: SlotStoreUnavailableError) -> SlotStoreError:
     """The engine's error for lockstore's (chain it as the cause): the slot store of the
     table at ``uri`` cannot be reached, and nothing was written."""
     return SlotStoreError(f"{uri}: the version-slot store is unreachable: {cause}", uri=uri)
+
+
+@contextlib.contextmanager
+def slots_reachable(uri: str) -> Iterator[None]:
+    """Inside, lockstore's ``SlotStoreUnavailableError`` becomes :func:`unreachable`'s error."""
+    try:
+        yield
+    except SlotStoreUnavailableError as exc:
+        raise unreachable(uri, exc) from exc
 
 
 def resolve_slots(spec: SlotsSpec, log: LogStore) -> SlotStore:
@@ -359,8 +369,10 @@ class CommitLog:
         self, *, dry_run: bool = False, limit: int = 100, accept_lost: Sequence[int] = ()
     ) -> list[dict[str, Any]]:
         """Finish or resolve the newest ``limit`` slots whose commit is not in the log
-        (:meth:`eventlog.log.recovery.SlotRecovery.repair`)."""
-        return self.recovery.repair(dry_run=dry_run, limit=limit, accept_lost=frozenset(accept_lost))
+        (:meth:`eventlog.log.recovery.SlotRecovery.repair`). :class:`SlotStoreError` when
+        the slot store cannot be reached."""
+        with slots_reachable(self.uri):
+            return self.recovery.repair(dry_run=dry_run, limit=limit, accept_lost=frozenset(accept_lost))
 
     def publish_claimed(self, version: int, staged_name: str, data: bytes, txn_id: str) -> Published:
         """Make a version this process claimed visible (idempotent with recovery).

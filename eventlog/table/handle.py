@@ -28,7 +28,7 @@ from eventlog.files.schema import canonical_schema
 from eventlog.log.audit import audit_key_from_env
 from eventlog.log.cleanup import cleanup_cutoff_ms
 from eventlog.log.commit import Commit
-from eventlog.log.commitlog import CommitLog, Published, SlotsSpec, acquire_slots
+from eventlog.log.commitlog import CommitLog, Published, SlotsSpec, acquire_slots, slots_reachable
 from eventlog.log.storage import LogStore, open_log_store
 from eventlog.log.storage_clock import retention_now_ms
 from eventlog.log.verify import VerifyReport
@@ -571,16 +571,18 @@ class Table(AlterTable, TableChanges, TableScan, DropFeature, ClusteredTable, Ta
         """Check the log's hash chain, its slot anchors and (with a key: this handle's audit
         key or ``key``) its HMACs; the report names the first version that was edited,
         removed, inserted, reordered, lost or unguarded, or a truncated tail
-        (:mod:`eventlog.log.verify`)."""
+        (:mod:`eventlog.log.verify`). :class:`SlotStoreError` when the slot store cannot be
+        reached."""
         audit_key = key.encode() if isinstance(key, str) else key
-        return verify_log(
-            self.commitlog,
-            audit_key if audit_key is not None else self.audit_key,
-            progress,
-            accept_lost=accept_lost,
-            require_anchors=require_anchors,
-            allow_unguarded=allow_unguarded,
-        )
+        with slots_reachable(self.uri):
+            return verify_log(
+                self.commitlog,
+                audit_key if audit_key is not None else self.audit_key,
+                progress,
+                accept_lost=accept_lost,
+                require_anchors=require_anchors,
+                allow_unguarded=allow_unguarded,
+            )
 
     def diff(self, from_version: int, to_version: int | None = None, *, rows: bool = False) -> TableDiff:
         """Files (and with ``rows=True`` the rows) added and removed between two versions."""
