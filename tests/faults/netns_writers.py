@@ -49,6 +49,7 @@ __all__ = [
     "appender",
     "batch",
     "create_table",
+    "cut_off_calls",
     "final_checks",
     "fixed_writer",
     "victim",
@@ -216,6 +217,40 @@ def victim(
         _append(table, worker, number, result)
         out.put(result)
     table.close()
+
+
+def cut_off_calls(
+    uri: str, slots: str, storage_options: dict[str, Any] | None, ready: Any, go: Any, out: Any
+) -> None:
+    """Open the table, set ``ready``, wait for ``go`` (the test cut this host off), then call
+    the table's API: a fresh open, refresh, history, verify, repair (dry run), an append and
+    a delete. Puts ``{call: result or exception}`` and the tracebacks on ``out``."""
+    table = Table.open(
+        uri, slots=slots, storage_options=storage_options, retry_policy=RetryPolicy(max_duration=1)
+    )
+    ready.set()
+    go.wait(60)
+    calls: dict[str, Callable[[], Any]] = {
+        "open": lambda: Table.open(uri, slots=slots, storage_options=storage_options).version,
+        "refresh": lambda: table.refresh().version,
+        "history": lambda: len(table.history()),
+        "verify": lambda: table.verify().ok,
+        "repair_slots": lambda: table.repair_slots(dry_run=True),
+        "append": lambda: table.append(batch([999_999_000], 999, 0)).version,
+        "delete": lambda: table.delete("id = -1").version,
+    }
+    results: dict[str, Any] = {}
+    traces: dict[str, str] = {}
+    for name, call in calls.items():
+        try:
+            results[name] = call()
+        except CommitStateUnknownError as exc:
+            results[name] = exc
+            traces[name] = traceback.format_exc()
+        except Exception as exc:
+            results[name] = _portable(exc)
+            traces[name] = traceback.format_exc()
+    out.put((results, traces))
 
 
 def final_checks(

@@ -30,6 +30,7 @@ from tests.faults.netns_writers import (
     Outcome,
     appender,
     create_table,
+    cut_off_calls,
     final_checks,
     fixed_writer,
     victim,
@@ -176,14 +177,21 @@ def test_writer_cut_off_from_zookeeper_while_holding_a_claim(lab: Lab, fleet: Fl
     assert fleet.run("ctl", create_table, uri, spec, None) == 0
     held, releases, steps = _victim_steps(fleet, 3)
     victim_out = fleet.spawn("wa", victim, uri, 7, spec, None, 3.0, "publish", steps)
+    ready, go = fleet.event(), fleet.event()
+    calls_out = fleet.spawn(
+        "wa", cut_off_calls, uri, spec.replace(f"timeout={ZK_TIMEOUT:g}", "timeout=1"), None, ready, go
+    )
     assert held.wait(60), "the victim never claimed"
+    assert ready.wait(60), "the prober did not open the table"
     lab.net.cut("wa")
+    go.set()
     rest = [fleet.spawn("wb", fixed_writer, uri, w, 12, spec, None) for w in (1, 2)]
     _progress(uri, 4)  # the majority side goes on past the victim's claim
     releases[0].set()
     first: Outcome = fleet.get(victim_out, 60)
     releases[1].set()
     cut_off: Outcome = fleet.get(victim_out, 60)
+    calls, traces = fleet.get(calls_out, 60)
     lab.net.heal("wa")
     releases[2].set()
     healed: Outcome = fleet.get(victim_out, 60)
@@ -194,6 +202,10 @@ def test_writer_cut_off_from_zookeeper_while_holding_a_claim(lab: Lab, fleet: Fl
     _assert_typed(cut_off)
     assert len(healed.acks) == 1 and not healed.errors
     assert all(not r.errors for r in results)  # the cut never reached them
+    # Cut off, every call that needs the slot store raises the engine's SlotStoreError.
+    assert set(traces) == set(calls), calls
+    assert all(isinstance(calls[c], SlotStoreError) for c in calls), "\n".join(traces.values())
+    _assert_typed(Outcome(0, errors=list(calls.values()), tracebacks=list(traces.values())))
     majority = [Outcome(r.worker, acks=r.acks) for r in results]
     _finish(fleet, uri, spec, [first, cut_off, healed, *majority])
 
