@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
-from eventlog import RetryPolicy, SlotStoreError, Table
+from eventlog import RetryPolicy, SlotStoreError, Table, identity_field
 from lockstore import InMemorySlotStore, SlotClaim, SlotRecord, SlotStoreUnavailableError
 from tests.conftest import SCHEMA, rows
 
@@ -44,6 +45,10 @@ class OutageSlots(InMemorySlotStore):
         self._check()
         super().mark_complete(table, version)
 
+    def reserve_range(self, table: str, name: str, count: int, floor: int = 0) -> int:
+        self._check()
+        return super().reserve_range(table, name, count, floor)
+
 
 CALLS: dict[str, Callable[[Table], Any]] = {
     "refresh": lambda t: t.refresh(),
@@ -67,3 +72,19 @@ def test_an_unreachable_slot_store_is_the_engines_error(local_uri: str, call: st
     slots.down = False
     assert CALLS["verify"](table).ok  # nothing was written meanwhile
     assert table.refresh().version == 1
+
+
+def test_identity_values_from_an_unreachable_slot_store_are_the_engines_error(local_uri: str) -> None:
+    """Identity values come in blocks reserved through the slot store; a block that cannot
+    be reserved fails the write with SlotStoreError, and nothing is committed."""
+    slots = OutageSlots()
+    schema = pa.schema([identity_field("id"), pa.field("v", pa.string())])
+    table = Table.create(local_uri, schema, slots=slots, retry_policy=RetryPolicy(max_duration=0.2))
+    slots.down = True
+    with pytest.raises(SlotStoreError) as err:
+        table.append(pa.table({"v": ["a"]}))
+    assert isinstance(err.value.__cause__, SlotStoreUnavailableError)
+    slots.down = False
+    assert table.refresh().version == 0
+    table.append(pa.table({"v": ["b"]}))
+    assert table.to_arrow().column("v").to_pylist() == ["b"]
