@@ -64,7 +64,7 @@ RUN, COMMANDS, NOT_RUN, DIAGRAM = "python", "bash", "text", "mermaid"
 #: The table the ZooKeeper section opens; the test creates it first.
 ZK_TABLE = "s3://bucket/events"
 
-_FENCE = re.compile(r"^```(.*)$")
+_FENCE = re.compile(r"^( *)```(.*)$")  # indented: a block inside a list item
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
 _CHECK = "# ->"
 # A string literal holding an absolute path ("/data/events"), or an object-store URI.
@@ -120,13 +120,14 @@ def readme_blocks(text: str | None = None, page: str = "README.md") -> list[Bloc
                     section = heading
             i += 1
             continue
+        indent = fence.group(1)
         start = i + 1
         end = start
-        while end < len(lines) and lines[end].rstrip() != "```":
+        while end < len(lines) and lines[end].rstrip() != f"{indent}```":
             end += 1
         assert end < len(lines), f"{page}:{i + 1}: unclosed code fence"
-        code = "\n".join(lines[start:end]) + "\n"
-        blocks.append(Block(fence.group(1).strip(), start + 1, code, section, heading, page))
+        code = "\n".join(line.removeprefix(indent) for line in lines[start:end]) + "\n"
+        blocks.append(Block(fence.group(2).strip(), start + 1, code, section, heading, page))
         i = end + 1
     return blocks
 
