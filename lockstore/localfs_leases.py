@@ -20,6 +20,11 @@ for nothing without the lock. The descriptor is opened ``O_CLOEXEC`` (an ``exec`
 program never inherits it), and a forked child closes its copies at once
 (``os.register_at_fork``): the lock belongs to the parent only, and ends with it even
 while children live. Per machine only: flock on network filesystems is not guaranteed.
+
+Durability (the store's ``fsync=True``): the record is fsynced, and so are the entries of
+the lease file in ``_leases`` and of every directory made for it (each one's parent), before
+``acquire_lease`` returns. A lease itself ends with its holder, power loss included; what a
+synced lease keeps is its file and its last owner's record, for the operator reading it.
 """
 
 from __future__ import annotations
@@ -132,7 +137,7 @@ def acquire_lease_file(path: str, name: str, stamped: LeaseOwner, made: set[str]
     record = dict(stamped.to_dict(), name=name)
     payload = json.dumps(record, separators=(",", ":")).encode("utf-8")
     try:
-        fd = _lock_lease_file(path, made)
+        fd = _lock_lease_file(path, made, fsync=fsync)
         if fd is None:
             raise LeaseHeldError(name, _owner_of_locked(path))
         try:
@@ -143,6 +148,7 @@ def acquire_lease_file(path: str, name: str, stamped: LeaseOwner, made: set[str]
                 offset += os.pwrite(fd, view[offset:], offset)
             if fsync:
                 os.fsync(fd)
+                _sync_dir(os.path.dirname(path))  # the file's entry, new or not (cheap, rare)
         except BaseException:
             os.close(fd)
             raise
@@ -185,15 +191,16 @@ def lease_file_owner(path: str, name: str) -> LeaseOwner | None:
         raise SlotStoreUnavailableError(f"reading lease {name!r} at {path}: {exc}") from exc
 
 
-def _lock_lease_file(path: str, made: set[str]) -> int | None:
+def _lock_lease_file(path: str, made: set[str], *, fsync: bool) -> int | None:
     """An open descriptor holding the exclusive flock of ``path``; None if a live holder
     has it. Retries briefly past a reader's liveness probe, and re-opens when the file
-    was replaced while we waited (it never is, unless someone removes lease files)."""
+    was replaced while we waited (it never is, unless someone removes lease files).
+    ``fsync``: the directories made for it have their entries synced."""
     directory = os.path.dirname(path)
     deadline = time.monotonic() + _LEASE_RETRY_SECONDS
     while True:
         if directory not in made:
-            os.makedirs(directory, exist_ok=True)
+            _make_dirs(directory, fsync=fsync)
             made.add(directory)
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -223,6 +230,31 @@ def _lock_lease_file(path: str, made: set[str]) -> int | None:
         if same:
             return fd
         os.close(fd)  # we locked a file that is no longer the lease's: try the current one
+
+
+def _make_dirs(directory: str, *, fsync: bool) -> None:
+    """``os.makedirs(directory, exist_ok=True)``; with ``fsync``, the entry of every
+    directory it created synced into its parent, top down (a lease file synced into a
+    directory whose own entry a power loss takes would be lost with it)."""
+    if not fsync:
+        os.makedirs(directory, exist_ok=True)
+        return
+    missing = []
+    current = directory
+    while not os.path.isdir(current) and os.path.dirname(current) != current:
+        missing.append(current)
+        current = os.path.dirname(current)
+    os.makedirs(directory, exist_ok=True)
+    for created in reversed(missing):
+        _sync_dir(os.path.dirname(created))
+
+
+def _sync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _owner_of_locked(path: str) -> LeaseOwner:
