@@ -332,6 +332,13 @@ class Fleet:
             raise AssertionError(f"a process failed:\n{item.failure}")
         return item
 
+    def exited(self, out: Any, timeout: float) -> int | None:
+        """The exit code of the process whose result queue is ``out`` (None: still running
+        after ``timeout`` seconds)."""
+        proc = next(p for p, q in self.procs if q is out)
+        proc.join(timeout)
+        return None if proc.is_alive() else proc.exitcode
+
     def run(self, host: str, target: Callable[..., None], *args: Any, timeout: float = 60.0) -> Any:
         """Run ``target`` on ``host`` to its end; its result."""
         return self.get(self.spawn(host, target, *args), timeout)

@@ -192,6 +192,7 @@ def test_writer_cut_off_from_zookeeper_while_holding_a_claim(lab: Lab, fleet: Fl
     releases[1].set()
     cut_off: Outcome = fleet.get(victim_out, 60)
     calls, traces = fleet.get(calls_out, 60)
+    assert fleet.exited(calls_out, 20) == 0  # a cut-off process shuts down (its store closes), bounded
     lab.net.heal("wa")
     releases[2].set()
     healed: Outcome = fleet.get(victim_out, 60)
