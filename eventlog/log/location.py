@@ -11,6 +11,10 @@ streaming sink's plans.
 Secrets stay out of sight: the repr lists option *names* only, and nothing here writes
 the options anywhere (not into the Delta log, not into a streaming checkpoint). They do
 travel, pickled, between the engine's processes, as the engine's own options do.
+
+Durable mode travels too (``durable``, :mod:`eventlog.log.durable`): tasks that write a
+durable table's data files must fsync them before the commit that names them, so the
+location of a table opened with ``durable=True`` hands them the durable file system.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from eventlog.log.durable import durable_filesystem
 from eventlog.log.storage import LogStore, normalize_uri, open_log_store
 from eventlog.userinput import check_storage_options, check_uri
 
@@ -37,25 +42,31 @@ class TableLocation:
     Build it with :meth:`of` (validates) or :meth:`from_store` (from an open table's log);
     open the log with :meth:`log_store`; tasks reach the data files with :meth:`files`.
     A table handle is opened with ``Table.open(loc.uri, slots, storage_options=
-    loc.storage_options)`` (the table facade sits above this layer).
+    loc.storage_options, durable=loc.durable)`` (the table facade sits above this layer).
     """
 
     uri: str
     options: tuple[tuple[str, Any], ...] = ()  # sorted (name, value) pairs; see storage_options
+    durable: bool = False  # durable mode: files() and log_store() fsync what they write
 
     @classmethod
     def of(
-        cls, uri: str | os.PathLike[str] | TableLocation, storage_options: Mapping[str, Any] | None = None
+        cls,
+        uri: str | os.PathLike[str] | TableLocation,
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        durable: bool = False,
     ) -> TableLocation:
         """The location of ``uri`` reached with ``storage_options`` (InvalidInputError for a
-        bad URI or options that are not a mapping of option names). A ``TableLocation`` given
-        as ``uri`` is returned as it is when no options are given."""
+        bad URI or options that are not a mapping of option names), written in durable mode
+        with ``durable``. A ``TableLocation`` given as ``uri`` is returned as it is when no
+        options are given and ``durable`` adds nothing."""
         if isinstance(uri, TableLocation):
             if storage_options:
-                return cls(uri.uri, _frozen(check_storage_options(storage_options)))
-            return uri
+                return cls(uri.uri, _frozen(check_storage_options(storage_options)), durable or uri.durable)
+            return dataclasses.replace(uri, durable=True) if durable and not uri.durable else uri
         text = os.fspath(check_uri(uri))
-        return cls(text, _frozen(check_storage_options(storage_options)))
+        return cls(text, _frozen(check_storage_options(storage_options)), durable)
 
     @classmethod
     def from_store(cls, store: LogStore) -> TableLocation:
@@ -67,7 +78,7 @@ class TableLocation:
         options: Mapping[str, Any] = {}
         if not isinstance(store.fs, LocalFileSystem):
             options = getattr(store.fs, "storage_options", None) or {}
-        return cls(store.uri, _frozen(dict(options)))
+        return cls(store.uri, _frozen(dict(options)), store.durable)
 
     @property
     def storage_options(self) -> dict[str, Any]:
@@ -81,27 +92,25 @@ class TableLocation:
     def log_store(self) -> LogStore:
         """The table's log, opened as a user's URI is (:func:`open_log_store`):
         InvalidInputError for an unknown scheme or options the file system does not take."""
-        return open_log_store(self.uri, self.storage_options)
+        return open_log_store(self.uri, self.storage_options, durable=self.durable)
 
     def files(self) -> tuple[fsspec.AbstractFileSystem, str]:
         """(file system, table root in its form) for reading and writing data files in tasks
-        (no request is made; fsspec reuses one client per scheme and options in a process)."""
+        (no request is made; fsspec reuses one client per scheme and options in a process);
+        in durable mode, the file system whose writers fsync (:func:`durable_filesystem`)."""
         fs, root, _ = normalize_uri(self.uri, self.storage_options)
-        return fs, root
+        return (durable_filesystem(fs) if self.durable else fs), root
 
     def __repr__(self) -> str:
         names = ", ".join(self.option_names)
-        return (
-            f"TableLocation({self.uri!r}, storage_options=[{names}])"
-            if names
-            else f"TableLocation({self.uri!r})"
-        )
+        options = f", storage_options=[{names}]" if names else ""
+        return f"TableLocation({self.uri!r}{options}{', durable=True' if self.durable else ''})"
 
     def __str__(self) -> str:
         return self.uri
 
     def __hash__(self) -> int:
-        return hash((self.uri, self.option_names))
+        return hash((self.uri, self.option_names, self.durable))
 
 
 def _frozen(options: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:

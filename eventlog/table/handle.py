@@ -223,13 +223,14 @@ class Table(AlterTable, TableChanges, TableScan, DropFeature, ClusteredTable, Ta
         *,
         storage_options: Mapping[str, Any] | None = None,
         filesystem: fsspec.AbstractFileSystem | None = None,
+        durable: bool = False,
     ) -> Table:
         """A handle that has read nothing yet (no recovery runs until it is used).
 
         For operations tools (``slots status``, ``slots repair --dry-run``) that must look
-        at the slots before anything acts on them.
+        at the slots before anything acts on them. ``durable``: as for :meth:`create`.
         """
-        return cls._with_slots(open_log_store(uri, storage_options, filesystem), slots)
+        return cls._with_slots(open_log_store(uri, storage_options, filesystem, durable=durable), slots)
 
     @classmethod
     def _with_slots(cls, log: LogStore, slots: SlotsSpec, **options: Any) -> Table:
