@@ -1,13 +1,20 @@
-"""Writer processes on hosts of a :class:`tests.support.netns.Network`, for partition tests.
+"""Writer processes on hosts of a :class:`tests.support.netns.Network`, for partition tests,
+and the :class:`Lab` they run in (the network, a ZooKeeper ensemble, an S3 server).
 
-Each process is spawned, enters its host's network namespace (``setns(2)``) before it opens
-a socket, then runs its target: :func:`tests.support.invariants.writer` (a fixed number of
-appends and deletes), :func:`appender` (appends until told to stop, recording acks, commits
-of unknown outcome and the exceptions it saw, themselves, for type checks), :func:`victim`
-(appends held right after their claim was granted, until the test releases them) or
-:func:`final_checks` (the invariant check, ``verify`` and a new write, with a fresh handle).
-The table's files are shared (one file system); only ZooKeeper and S3 traffic crosses the
-virtual network.
+Each process is spawned (:class:`Fleet`), enters its host's network namespace (``setns(2)``)
+before it opens a socket, then runs its target:
+
+* :func:`fixed_writer`: :func:`tests.support.invariants.writer` (appends and deletes);
+* :func:`appender`: appends until told to stop, recording acks, commits of unknown outcome
+  and the exceptions it saw, themselves (pickled back), for type checks;
+* :func:`victim`: appends held right after their claim was granted, or right before the
+  claim is sent, until the test releases them;
+* :func:`cut_off_calls`: the table API called from a host that is cut off;
+* :func:`create_table` and :func:`final_checks` (the invariant check, ``verify`` and a new
+  write, with fresh handles).
+
+The table's files are shared (one file system) unless the table is on S3; only ZooKeeper
+and S3 traffic crosses the virtual network.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import pyarrow as pa
 
 from eventlog import CommitStateUnknownError, RetryPolicy, SlotStoreError, Table
@@ -117,8 +125,6 @@ def _append(table: Table, worker: int, number: int, out: Outcome) -> bool:
 def create_table(uri: str, slots: str, storage_options: dict[str, Any] | None, out: Any) -> None:
     """Create the table (and its S3 bucket for an ``s3://`` URI); puts its version on ``out``."""
     if uri.startswith("s3://"):
-        import fsspec
-
         fsspec.filesystem("s3", **(storage_options or {})).mkdir(uri[len("s3://") :].split("/")[0])
     table = Table.create(uri, SCHEMA, slots=slots, storage_options=storage_options)
     out.put(table.version)
@@ -152,8 +158,8 @@ def appender(
     """Open the table, set ``ready``, wait for ``start``, then append 3-row batches until
     ``stop`` is set, pausing ``APPEND_PAUSE`` between them (tens of commits a second, not
     hundreds: a writer back from a partition is not starved by the others' pace); a failed
-    one is retried after 0.2 s. ``acked`` (a shared integer)
-    counts the acknowledged ones as they come."""
+    one is retried after 0.2 s. ``acked`` (a shared integer) counts the acknowledged ones
+    as they come."""
     result = Outcome(worker)
     policy = RetryPolicy(max_duration=retry_seconds)
     table = Table.open(
@@ -184,10 +190,10 @@ def victim(
     steps: Sequence[tuple[Any, Any]],
     out: Any,
 ) -> None:
-    """One append per step ``(held, release)``: where ``held`` is not None, the append stops
-    (``hold_at``) ``"publish"``: right after its claim was granted, or ``"claim"``: right
-    before it sends the claim; it sets ``held`` and waits (at most 60 s) for ``release``.
-    Otherwise it waits for ``release`` first, then appends. Each step's outcome is put on
+    """One append per step ``(held, release)``. Where ``held`` is not None, the append stops
+    at ``hold_at`` (``"publish"``: right after its claim was granted; ``"claim"``: right
+    before the claim is sent), sets ``held`` and waits (at most 60 s) for ``release``;
+    otherwise it waits for ``release`` first, then appends. Each step's outcome is put on
     ``out`` as it happens."""
     hold: list[tuple[Any, Any]] = []
 
