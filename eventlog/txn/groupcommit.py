@@ -38,6 +38,18 @@ the queued file, unless a claim of the writer's own is in doubt (then the file i
 staged commit recovery needs): afterwards only a leader claiming at that very moment can
 still carry the append.
 
+Clocks: the queue is ordered, and a queued file judged stale (its writer died, or leads on
+its own), by when the *storage* stamped the file (its modification time: the file server's
+kernel, S3's ``LastModified``), never by the clock of the writer that queued it: a writer
+hours ahead or behind would otherwise look stale to everyone (never carried) or see every
+other file as stale (carrying nobody), and the file of a writer that died hours ahead would
+stay fresh, so a leader could still carry it after its application had retried the append.
+"Now" for staleness is this writer's own queued file's stamp plus the monotonic time
+since it was written. The enqueue time in the name (the writer's clock) only breaks ties
+between files stamped alike (S3 stamps whole seconds), and is used in full only where the
+storage reports no times. Staleness is a liveness rule, never a safety one: exactly once
+rests on the claims and the commits a leader reads.
+
 The combined commit has one ``commitInfo`` whose ``eventlog.groupCommit`` field lists every
 member's own commit info (transaction id, operation, metrics, user metadata), so
 auditors see each acknowledged append; Delta readers ignore the field.
@@ -48,6 +60,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -73,6 +86,7 @@ from eventlog.log.actions import (
 from eventlog.log.audit import anchor, chain_commit
 from eventlog.log.commit import GROUP_FIELD, decode, member_txn_ids
 from eventlog.log.commitlog import Published
+from eventlog.log.storage import LogStore, file_mtime_ms
 from eventlog.txn.attempt import CommitAttempt, CommitResult
 from eventlog.txn.conflicts import TransactionSummary, WinningCommit
 from lockstore import SlotClaim, SlotStoreUnavailableError, default_owner
@@ -84,7 +98,8 @@ MAX_MEMBERS = 64
 MAX_LAG = 100  # versions a member may be behind the group's version and still join
 # How long a queued writer waits without progress (no new version) before leading itself.
 LEAD_AFTER_SECONDS = 0.05
-# Queued files older than this are ignored: their writer died or leads on its own.
+# Queued files older than this (by the storage's clock) are ignored: their writer died or
+# leads on its own.
 STALE_SECONDS = 30.0
 
 
@@ -109,6 +124,57 @@ class QueuedName:
         if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit() or not parts[2]:
             return None
         return QueuedName(int(parts[0]), int(parts[1]) - 1, parts[2])
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A queued file as listed: its name's parts and when the storage stamped it."""
+
+    queued: QueuedName
+    stamped_ns: int  # the file's modification time (epoch ns); the name's enqueue time without one
+    by_storage: bool  # whether ``stamped_ns`` is the storage's time
+
+    @property
+    def order(self) -> tuple[int, int, str]:
+        """The queue's order: the storage's stamp, then the name (ties: S3's whole seconds)."""
+        return (self.stamped_ns, self.queued.enqueued_ns, self.queued.txn_id)
+
+
+def list_queued(log: LogStore) -> list[Queued]:
+    """The queued files of ``log``'s staged directory with their modification times: one
+    listing (a local file system also stats each queued file)."""
+    out: list[Queued] = []
+    if log.is_local:
+        try:
+            entries = os.scandir(log.staged_dir)
+        except FileNotFoundError:
+            return out
+        with entries:
+            for entry in entries:
+                parsed = QueuedName.parse(entry.name)
+                if parsed is None:
+                    continue
+                try:
+                    out.append(Queued(parsed, entry.stat().st_mtime_ns, True))
+                except FileNotFoundError:
+                    continue  # carried or withdrawn since the listing
+        return out
+    with contextlib.suppress(AttributeError, TypeError):
+        log.fs.invalidate_cache(log.staged_dir)  # other writers' files must be seen
+    try:
+        listed = log.fs.ls(log.staged_dir, detail=True)
+    except FileNotFoundError:
+        return out
+    for info in listed:
+        parsed = QueuedName.parse(str(info["name"]).rstrip("/").rsplit("/", 1)[-1])
+        if parsed is None:
+            continue
+        mtime = file_mtime_ms(info)
+        if mtime is None:
+            out.append(Queued(parsed, parsed.enqueued_ns, False))
+        else:
+            out.append(Queued(parsed, mtime * 1_000_000, True))
+    return out
 
 
 @dataclass(frozen=True)
@@ -234,7 +300,12 @@ class GroupCommitLoop:
         self.key = attempt.target.key
         self.txn_id = attempt.txn_id
         self.checked = attempt.read_version
+        # The enqueue time in the name is this writer's clock: a tie-break only (see the
+        # module docstring); the storage's stamp of the file orders the queue.
         self.queued = QueuedName(time.time_ns(), self.checked, self.txn_id)
+        self.staged_at = 0.0  # monotonic time just after the queued file was written
+        # (the storage's stamp of the queued file, staged_at): the storage's "now" from here
+        self.anchor: tuple[int, float] | None = None
         self.attempts = 0
         self.doubt_version: int | None = None  # a claim of ours whose outcome is not known yet
 
@@ -246,6 +317,7 @@ class GroupCommitLoop:
         with timer.phase("stage"):
             # chained for the version it first hopes for; a leader re-chains it if needed
             table.log.stage(attempt.staged_name, attempt.bytes(self.checked + 1), atomic=True)
+        self.staged_at = time.monotonic()
         started = policy.clock()
         last_error: BaseException | None = None
         progress = policy.clock()  # when the latest version last moved (or we arrived)
@@ -310,27 +382,49 @@ class GroupCommitLoop:
         return None
 
     def _my_turn(self, latest: int) -> bool:
-        """Whether this writer's file is the oldest pending one in the queue.
+        """Whether this writer's file is the oldest pending one in the queue (by the
+        storage's stamps).
 
         Older files that a commit up to ``latest`` already carries do not count: a leader
         that died after its claim leaves its own file behind.
         """
-        older = [q for q in self._fresh_queued(latest) if q.enqueued_ns < self.queued.enqueued_ns]
+        listed = list_queued(self.table.log)
+        own = self._own(listed)
+        if own is None:
+            # Carried (its leader deleted it) or withdrawn: a claim finds out, safely.
+            return True
+        older = [q for q in self._fresh(listed, latest) if q.order < own.order]
         if not older:
             return True
-        carried = self._carried(min(q.checked for q in older) + 1, latest)
-        return all(q.txn_id in carried for q in older)
+        carried = self._carried(min(q.queued.checked for q in older) + 1, latest)
+        return all(q.queued.txn_id in carried for q in older)
 
-    def _fresh_queued(self, latest: int) -> list[QueuedName]:
-        """Queued files of other writers that may still join a version after ``latest``."""
-        horizon = time.time_ns() - int(STALE_SECONDS * 1e9)
+    def _own(self, listed: Sequence[Queued]) -> Queued | None:
+        return next((q for q in listed if q.queued == self.queued), None)
+
+    def _storage_now_ns(self, listed: Sequence[Queued]) -> int:
+        """The storage's "now": the stamp of this writer's queued file plus the monotonic
+        time since it was written (this process's clock only where the storage reports
+        no times, or the file was never listed)."""
+        if self.anchor is None:
+            own = self._own(listed)
+            if own is not None and own.by_storage:
+                self.anchor = (own.stamped_ns, self.staged_at)
+        if self.anchor is None:
+            return time.time_ns()
+        stamped, at = self.anchor
+        return stamped + int((time.monotonic() - at) * 1e9)
+
+    def _fresh(self, listed: Sequence[Queued], latest: int) -> list[Queued]:
+        """Queued files of other writers that may still join a version after ``latest``:
+        stamped by the storage within ``STALE_SECONDS``, and checked within ``MAX_LAG``."""
+        horizon = self._storage_now_ns(listed) - int(STALE_SECONDS * 1e9)
         return [
             q
-            for q in (QueuedName.parse(n) for n in self.table.log.list_staged())
-            if q is not None
-            and q.txn_id != self.txn_id
-            and q.enqueued_ns >= horizon
-            and q.checked >= latest - MAX_LAG
+            for q in listed
+            if q.queued.txn_id != self.txn_id
+            and q.stamped_ns >= horizon
+            and q.queued.checked >= latest - MAX_LAG
         ]
 
     def _carried(self, first: int, last: int) -> set[str]:
@@ -415,8 +509,8 @@ class GroupCommitLoop:
         attempt, table = self.attempt, self.table
         own_ids = frozenset(a.app_id for a in attempt.body if isinstance(a, SetTransaction))
         members = [Member(self.queued, attempt.info, tuple(attempt.body), own_ids)]
-        queued = sorted(self._fresh_queued(version - 1), key=lambda q: q.enqueued_ns)
-        queued = queued[: MAX_MEMBERS - 1]
+        listed = sorted(self._fresh(list_queued(table.log), version - 1), key=lambda q: q.order)
+        queued = [q.queued for q in listed[: MAX_MEMBERS - 1]]
         if not queued:
             return members
         # Commits since the oldest candidate's checked version: what may already carry a
