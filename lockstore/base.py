@@ -253,10 +253,12 @@ class SlotRecord:
     version: int
     claim: SlotClaim
     complete: bool
-    claimed_at: float  # epoch seconds
+    claimed_at: float  # epoch seconds, by the claimer's clock
 
     @property
     def age(self) -> float:
+        """Seconds since the claim by this process's clock against the claimer's: for
+        display; decisions use :meth:`SlotStore.claim_age` where the store can tell."""
         return max(0.0, time.time() - self.claimed_at)
 
 
@@ -520,6 +522,14 @@ class SlotStore(ABC):
     def owner_alive(self, table: str, version: int) -> bool | None:
         """Whether the writer that claimed ``version`` provably still lives (True), is
         provably gone (False), or the store cannot tell (None, the default)."""
+        return None
+
+    def claim_age(self, table: str, version: int) -> float | None:
+        """Seconds since ``version`` was claimed by the *store's* clock (the slot file's
+        modification time against a probe file's, S3's ``LastModified`` of the slot object
+        against a clock object's), or None when the store cannot tell (the default; callers
+        then use :attr:`SlotRecord.age`, which reads the claimer's clock against their own,
+        hours off when either runs ahead or behind). None also for an unclaimed version."""
         return None
 
     def bind(self, table: str, table_id: str) -> None:

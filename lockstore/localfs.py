@@ -23,6 +23,11 @@ not the loss of the machine's page cache (power failure, kernel crash). Pass ``f
 to sync the slot file and its directory before ``claim`` returns (and the entries of the
 directories the store creates), at a latency cost.
 
+Claim ages (:meth:`LocalFileSlotStore.claim_age`, for the repair of a claim whose staged
+commit is gone): the slot file's modification time, stamped by the kernel, against that of
+a probe file written then, never the ``claimed_at`` in the claim (the claimer's clock, kept
+for operators).
+
 Leases (:meth:`LocalFileSlotStore.acquire_lease`): one ``flock(2)``-ed file per lease under
 ``root/_leases``, held on an open descriptor that dies with its process; see
 :mod:`lockstore.localfs_leases`, which holds them.
@@ -268,6 +273,33 @@ class LocalFileSlotStore(SlotStore):
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise LockstoreError(f"corrupt slot file {path}: {exc}") from exc
+
+    def claim_age(self, table: str, version: int) -> float | None:
+        """The slot file's age by this machine's kernel clock: its modification time (a
+        symlink's is when it was made) against that of a probe file written now (this
+        process's clock only if the probe cannot be written)."""
+        if version < 0:
+            return None
+        directory = self.table_dir(table)
+        try:
+            try:
+                claimed = os.lstat(os.path.join(directory, _slot_name(version))).st_mtime_ns
+            except FileNotFoundError:
+                return None
+            try:
+                probe = self._write_temp(directory, b"")
+            except OSError:  # a full or read-only disk: the local clock is the next best
+                now = time.time_ns()
+            else:
+                try:
+                    now = os.stat(probe).st_mtime_ns
+                finally:
+                    _unlink_quietly(probe)
+        except OSError as exc:
+            raise SlotStoreUnavailableError(
+                f"age of version {version} of {table!r} in {directory}: {exc}"
+            ) from exc
+        return max(0.0, (now - claimed) / 1e9)
 
     def mark_complete(self, table: str, version: int) -> None:
         """Create ``<version>.done``; idempotent. Raises :class:`SlotNotClaimedError` if unclaimed."""

@@ -15,6 +15,7 @@ Layout, one "directory" (key prefix) per table under ``root``::
         00000000000000000007.done   empty; created (put-if-absent) once version 7 is published
         _latest                     best-effort hint: the text of a recently claimed version
         _table_id                   the table id bound to these slots (put-if-absent)
+        _clock                      rewritten by claim_age: the server's "now"
         _counters/<lease_node_name(name)>/00000000000000000004.ctr
                                     link 4 of counter ``name``: {"value": ..., "nonce": ...}
                                     (put-if-absent; reserve_range creates the next link)
@@ -74,7 +75,10 @@ Honest non-guarantees (in addition to those of :mod:`lockstore.base`):
 * ``latest`` of a handle that knows version ``k`` probes forward from ``k``: it is exact under
   the engine's gapless "claim latest + 1" rule; a version claimed by another handle past a
   gap is seen by a new handle (which reads the hint), not by the probe.
-* ``owner_alive`` returns None (the store cannot tell whether a claimer lives).
+* ``owner_alive`` returns None (the store cannot tell whether a claimer lives); how old a
+  claim is (:meth:`ObjectStoreSlotStore.claim_age`, what the engine's repair of a claim
+  without its staged commit waits on) is judged on the server's clock, like leases: the
+  ``claimed_at`` in the record is the claimer's clock, kept for operators.
 * Slot, marker and lease objects must not be deleted or rewritten from outside while the
   store is in use (a bucket lifecycle rule on the prefix would break the exclusive grant).
 
@@ -127,6 +131,7 @@ _SLOT = ".slot"
 _DONE = ".done"
 _HINT = "_latest"
 _TABLE_ID = "_table_id"
+_CLOCK = "_clock"  # rewritten by claim_age: the server's "now"
 _LEASES = "_leases"
 _COUNTERS = "_counters"
 _COUNTER = ".ctr"
@@ -330,6 +335,22 @@ class ObjectStoreSlotStore(SlotStore):
             return SlotRecord(version, claim, complete, float(data["claimed_at"]))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise LockstoreError(f"corrupt slot object {path}: {exc}") from exc
+
+    def claim_age(self, table: str, version: int) -> float | None:
+        """The slot object's age by the server's clock: its ``LastModified`` against that of
+        the table's ``_clock`` object, rewritten now (a HEAD, a PUT and a HEAD). S3 stamps
+        whole seconds: the age is within a second of the truth."""
+        if version < 0:
+            return None
+        directory = self.table_dir(table)
+        claimed = self._objects.modified(f"{directory}/{_slot_name(version)}")
+        if claimed is None:
+            return None
+        # Concurrent callers rewrite the clock object too: whichever stamp the HEAD reads was
+        # made between this PUT and that HEAD, so it is "now" for this call.
+        self._objects.put(f"{directory}/{_CLOCK}", b"")
+        now = self._objects.modified(f"{directory}/{_CLOCK}")
+        return None if now is None else max(0.0, now - claimed)
 
     def mark_complete(self, table: str, version: int) -> None:
         """Create ``<version>.done`` (put-if-absent; an existing marker is success).

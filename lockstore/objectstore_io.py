@@ -1,5 +1,5 @@
 """The object-store adapter's requests (:mod:`lockstore.objectstore`): :class:`Objects`, the
-five operations the store makes of its file system with errors translated; the modification
+operations the store makes of its file system with errors translated; the modification
 time of a listing entry; the check that a file system has an atomic put-if-absent; and the
 parsing of ``<20 digits><suffix>`` object names.
 """
@@ -26,7 +26,7 @@ _MEMORY_CREATE_LOCK = threading.Lock()
 
 
 class Objects:
-    """The five operations the store uses, with errors translated.
+    """The operations the store uses, with errors translated.
 
     Every unexpected error (network, permissions, a missing bucket) becomes
     :class:`SlotStoreUnavailableError` naming the operation and key; the original is its
@@ -84,6 +84,21 @@ class Objects:
 
     def exists(self, path: str) -> bool:
         return self.get(path) is not None
+
+    def modified(self, path: str) -> float | None:
+        """The object's modification time (epoch seconds, the server's: S3's whole-second
+        ``LastModified``), fresh (one HEAD); None if it does not exist or has none."""
+        try:
+            with contextlib.suppress(AttributeError, TypeError):
+                self.fs.invalidate_cache(path)
+            info = self.fs.info(path)
+        except FileNotFoundError:
+            return None
+        except _PROGRAMMING_ERRORS:
+            raise
+        except Exception as exc:
+            raise self._unavailable("head of", path, exc) from exc
+        return entry_time(info)
 
     def list(self, directory: str) -> dict[str, float | None]:
         """Base name -> modification time (epoch seconds, server's) of the objects directly
