@@ -133,7 +133,14 @@ class SlotRecovery:
         """Whether the claiming writer is provably gone (or, for stores that cannot tell,
         its claim is older than ``REPAIR_GRACE_SECONDS``)."""
         alive = self.slots.owner_alive(self.key, record.version)
-        return alive is False or (alive is None and record.age >= REPAIR_GRACE_SECONDS)
+        return alive is False or (alive is None and self.claim_age(record) >= REPAIR_GRACE_SECONDS)
+
+    def claim_age(self, record: SlotRecord) -> float:
+        """How old ``record``'s claim is: by the slot store's clock where it can tell (a
+        claimer or a repairer hours ahead or behind must neither repair a live writer's
+        fresh claim nor keep a dead one's for hours), else by the claimer's."""
+        age = self.slots.claim_age(self.key, record.version)
+        return record.age if age is None else age
 
     def staged(self, record: SlotRecord) -> bytes | None:
         """The staged bytes a claim names, checked against its anchored digest."""
@@ -173,9 +180,9 @@ class SlotRecovery:
             if not self.writer_gone(record):
                 raise CorruptLogError(
                     f"{self.uri}: version {version} was claimed by txn {record.claim.txn_id} "
-                    f"({dict(record.claim.owner)}, {record.age:.0f}s ago) but neither {version}.json nor "
-                    f"its staged file {record.claim.staged} exists, and its writer may still be alive; "
-                    "retry later (it is repaired once the writer is provably gone)",
+                    f"({dict(record.claim.owner)}, {self.claim_age(record):.0f}s ago) but neither "
+                    f"{version}.json nor its staged file {record.claim.staged} exists, and its writer may "
+                    "still be alive; retry later (it is repaired once the writer is provably gone)",
                     uri=self.uri,
                     version=version,
                 )
