@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -76,32 +75,33 @@ TRUNCATE_HISTORY_RETENTION_KEY = "delta.dropFeatureTruncateHistory.retentionDura
 DEFAULT_TRUNCATE_HISTORY_RETENTION = "interval 24 hours"
 
 
-def truncate_history_cutoff_ms(properties: Mapping[str, str], now_ms: int | None = None) -> int:
+def truncate_history_cutoff_ms(properties: Mapping[str, str], now_ms: int) -> int:
     """The cutoff of DROP FEATURE ... TRUNCATE HISTORY's log cleanup (Delta's): files older
     than ``delta.dropFeatureTruncateHistory.retentionDuration`` (24 hours by default) go,
-    but never within ``eventlog.auditRetentionDuration`` when that is set."""
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    but never within ``eventlog.auditRetentionDuration`` when that is set. ``now_ms``: "now"
+    for retention decisions (:func:`eventlog.log.storage_clock.retention_now_ms`: this
+    machine's clock bounded by the storage's, so a clock ahead deletes nothing early)."""
     retention = int(
         parse_interval_ms(properties.get(TRUNCATE_HISTORY_RETENTION_KEY, DEFAULT_TRUNCATE_HISTORY_RETENTION))
     )
     audit = properties.get(AUDIT_RETENTION_KEY)
     if audit is not None:
         retention = max(retention, int(parse_interval_ms(audit)))
-    return now - retention
+    return now_ms - retention
 
 
-def cleanup_cutoff_ms(properties: Mapping[str, str], now_ms: int | None = None) -> int | None:
+def cleanup_cutoff_ms(properties: Mapping[str, str], now_ms: int) -> int | None:
     """The modification time before which log files may go, or None (keep everything:
-    the default, since ``eventlog.auditRetentionDuration`` is unset)."""
+    the default, since ``eventlog.auditRetentionDuration`` is unset). ``now_ms`` as for
+    :func:`truncate_history_cutoff_ms`."""
     audit = properties.get(AUDIT_RETENTION_KEY)
     if audit is None:
         return None
-    now = int(time.time() * 1000) if now_ms is None else now_ms
     retention = max(
         int(parse_interval_ms(properties.get(LOG_RETENTION_KEY, DEFAULT_LOG_RETENTION))),
         int(parse_interval_ms(audit)),
     )
-    return now - retention
+    return now_ms - retention
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from eventlog.errors import FeatureDropError
 from eventlog.log.cleanup import truncate_history_cutoff_ms
 from eventlog.log.commit import Commit
 from eventlog.log.storage import LogStore
+from eventlog.log.storage_clock import retention_now_ms
 from eventlog.ops import drop_feature as drop
 from eventlog.ops.transaction import Transaction
 from eventlog.snapshot import Snapshot
@@ -67,7 +68,9 @@ class DropFeature(abc.ABC):
             if truncate_history:
                 if not changed:  # Delta's truncation: the history older than 24 hours goes
                     snap = self.refresh()
-                    self._clean_log(snap, checkpoint, truncate_history_cutoff_ms(snap.properties))
+                    # "now" bounded by the storage's clock: a clock ahead must not cut early
+                    cutoff = truncate_history_cutoff_ms(snap.properties, retention_now_ms(self.log))
+                    self._clean_log(snap, checkpoint, cutoff)
                 self._check_history(feature, changed)
         result = self._run(
             lambda txn: txn.downgrade_protocol(name, truncate_history=truncate_history, protect=protect)
