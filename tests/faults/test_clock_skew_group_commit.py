@@ -60,12 +60,13 @@ def _clock_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _emit(record: dict[str, Any]) -> None:
+def emit(record: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps({**record, "clock_ms": _clock_ms()}) + "\n")
     sys.stdout.flush()
 
 
-def _wait_for(path: str, timeout: float) -> None:
+def wait_for(path: str, timeout: float) -> None:
+    """Until ``path`` exists (a gate the test opens); exits the process after ``timeout``."""
     deadline = time.monotonic() + timeout
     while not os.path.exists(path):
         if time.monotonic() > deadline:
@@ -80,14 +81,14 @@ class _Gate:
         self.path = path
 
     def wait(self) -> None:
-        _wait_for(self.path, 60)
+        wait_for(self.path, 60)
 
 
 class _Printer:
     """``out`` of :func:`tests.support.invariants.writer`: its result as a JSON line."""
 
     def put(self, result: Any) -> None:
-        _emit({"result": dataclasses.asdict(result)})
+        emit({"result": dataclasses.asdict(result)})
 
 
 def _rows(ids: list[int]) -> pa.Table:
@@ -119,12 +120,12 @@ def child(spec: dict[str, Any]) -> None:
             def stage_then_hold(name: str, data: bytes, *, atomic: bool = False) -> None:
                 original(name, data, atomic=atomic)
                 if QueuedName.parse(name) is not None:
-                    _emit({"queued": name})
-                    _wait_for(spec["gate"], 60)
+                    emit({"queued": name})
+                    wait_for(spec["gate"], 60)
 
             table.log.stage = stage_then_hold  # type: ignore[method-assign]
         result = table.append(_rows(spec["ids"]))
-        _emit({"version": result.version, "txn": result.txn_id})
+        emit({"version": result.version, "txn": result.txn_id})
 
 
 def _where(spec: dict[str, Any]) -> dict[str, Any]:
@@ -132,17 +133,19 @@ def _where(spec: dict[str, Any]) -> dict[str, Any]:
     return {k: spec[k] for k in ("slots", "storage_options") if k in spec}
 
 
-def _start(spec: dict[str, Any], offset: str | None) -> subprocess.Popen[bytes]:
+def start_child(module: str, spec: dict[str, Any], offset: str | None) -> subprocess.Popen[bytes]:
+    """A process running ``module``'s ``child(spec)`` with its clock ``offset`` off (after
+    :mod:`tests.faults.skew_writer` replaced ``time.sleep``); its reports on stdout."""
     code = "import json, sys, tests.faults.skew_writer; from {} import child; child(json.loads(sys.argv[1]))"
     return subprocess.Popen(
-        [sys.executable, "-c", code.format(__name__), json.dumps(spec)],
+        [sys.executable, "-c", code.format(module), json.dumps(spec)],
         env=skewed_env(offset),
         cwd=REPO,
         stdout=subprocess.PIPE,
     )
 
 
-def _line(proc: subprocess.Popen[bytes], offset: str | None, timeout: float) -> dict[str, Any]:
+def read_report(proc: subprocess.Popen[bytes], offset: str | None, timeout: float) -> dict[str, Any]:
     """The next JSON line ``proc`` prints (bounded); checks that its clock is ``offset`` off."""
     assert proc.stdout is not None
     fd, data, deadline = proc.stdout.fileno(), b"", time.monotonic() + timeout
@@ -158,7 +161,8 @@ def _line(proc: subprocess.Popen[bytes], offset: str | None, timeout: float) -> 
     return report
 
 
-def _finish(procs: list[subprocess.Popen[bytes]]) -> None:
+def finish(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Kill what still runs (a failed test), reap, close the pipes."""
     for proc in procs:
         if proc.poll() is None:
             proc.kill()
@@ -202,24 +206,24 @@ def _carried_while_held(
     """A writer on clock ``queued`` is held right after queuing its append; a writer on
     clock ``leader`` appends, leads and must carry it: one version, both acknowledged there.
     The acknowledgements, leader first."""
-    held = _start({"op": "held_append", "uri": uri, "ids": [1], "gate": gate, **where}, queued)
+    held = start_child(__name__, {"op": "held_append", "uri": uri, "ids": [1], "gate": gate, **where}, queued)
     procs = [held]
     storage_options = where.get("storage_options")
     try:
-        name = _line(held, queued, 60)["queued"]
+        name = read_report(held, queued, 60)["queued"]
         assert _queued(uri, storage_options) == [name]
-        lead = _start({"op": "append", "uri": uri, "ids": [2], **where}, leader)
+        lead = start_child(__name__, {"op": "append", "uri": uri, "ids": [2], **where}, leader)
         procs.append(lead)
-        led = _line(lead, leader, 60)
+        led = read_report(lead, leader, 60)
         assert led["version"] == 1
         assert _queued(uri, storage_options) == []  # carried: the leader deleted the member's file
         Path(gate).touch()
-        carried = _line(held, queued, 60)
+        carried = read_report(held, queued, 60)
         assert carried["version"] == 1, "the queued append was left to commit on its own"
         assert held.wait(timeout=30) == 0 and lead.wait(timeout=30) == 0
     finally:
         Path(gate).touch()
-        _finish(procs)
+        finish(procs)
     with Table.open(uri, **where) as table:
         assert sorted(member_txn_ids(table.history(1)[0])) == sorted([led["txn"], carried["txn"]])
     return [_ack(led, [2]), _ack(carried, [1])]
@@ -255,13 +259,13 @@ def test_a_dead_writers_append_is_not_carried_once_stale_by_the_storages_clock(
     application retries, after not finding the txn id in the history, lands exactly once."""
     monkeypatch.setattr(groupcommit, "STALE_SECONDS", 1.0)  # 30 s in production
     gate = str(tmp_path / "gate")  # never opened: the writer dies held
-    dead = _start({"op": "held_append", "uri": uri, "ids": [1, 2], "gate": gate}, AHEAD)
+    dead = start_child(__name__, {"op": "held_append", "uri": uri, "ids": [1, 2], "gate": gate}, AHEAD)
     try:
-        name = _line(dead, AHEAD, 60)["queued"]
+        name = read_report(dead, AHEAD, 60)["queued"]
         os.kill(dead.pid, signal.SIGKILL)
         assert dead.wait(timeout=10) == -signal.SIGKILL
     finally:
-        _finish([dead])
+        finish([dead])
     parsed = QueuedName.parse(name)
     assert parsed is not None and parsed.enqueued_ns > time.time_ns() + 2 * HOUR_MS * 1_000_000
     time.sleep(1.5)  # past the (shortened) staleness horizon, by every clock but the dead one's
@@ -288,17 +292,23 @@ def test_writers_on_three_clocks_keep_the_invariants(uri: str, tmp_path: Path) -
     gate = str(tmp_path / "gate")
     offsets = [None, AHEAD, BEHIND, None]
     procs = [
-        _start({"op": "writer", "uri": uri, "worker": w, "ops": 12, "seed": 2800 + w, "gate": gate}, offset)
+        start_child(
+            __name__,
+            {"op": "writer", "uri": uri, "worker": w, "ops": 12, "seed": 2800 + w, "gate": gate},
+            offset,
+        )
         for w, offset in enumerate(offsets)
     ]
     try:
         time.sleep(0.5)
         Path(gate).touch()
-        results = [_line(proc, offset, 100)["result"] for proc, offset in zip(procs, offsets, strict=True)]
+        results = [
+            read_report(proc, offset, 100)["result"] for proc, offset in zip(procs, offsets, strict=True)
+        ]
         assert all(proc.wait(timeout=30) == 0 for proc in procs), "a writer did not end"
     finally:
         Path(gate).touch()
-        _finish(procs)
+        finish(procs)
     assert all(not r["errors"] for r in results)
     acks = [ack for r in results for ack in r["acks"]]
     assert sum(a["kind"] == "append" for a in acks) >= 4 * 12 // 2
