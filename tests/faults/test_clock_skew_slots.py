@@ -28,7 +28,7 @@ import pytest
 from eventlog import FeatureDropError, Table
 from eventlog.log import recovery
 from eventlog.log.storage import LogStore
-from lockstore import SlotClaim, default_owner
+from lockstore import InMemorySlotStore, SlotClaim, default_owner
 from tests.faults.skew_writer import SCHEMA
 from tests.faults.test_clock_skew_group_commit import (
     AHEAD,
@@ -151,6 +151,24 @@ def test_a_claims_age_is_read_on_the_stores_clock(
     history = {h["version"]: h for h in table.history()}
     assert history[1]["operation"] == "REPAIR"
     assert history[1]["operationParameters"]["reason"] == recovery.NEVER_COMPLETED
+
+
+def test_claim_age_is_the_stores(where: dict[str, Any]) -> None:
+    """The port's claim_age on the local-file and S3 stores: seconds since the claim by the
+    store's clock, None for a version never claimed; the in-memory store cannot tell."""
+    uri = where["uri"]
+    opened = {k: v for k, v in where.items() if k != "uri"}
+    with Table.create(uri, SCHEMA, **opened) as table:
+        store, key = table.slots, table.key
+        assert store.claim_age(key, 1) is None
+        claimed = time.monotonic()
+        assert table.append(pa.table({"id": [1]}, schema=SCHEMA)).version == 1
+        time.sleep(2.2)
+        age = store.claim_age(key, 1)
+        # Within a second of the elapsed time (S3 stamps whole seconds).
+        assert age is not None and 2.2 - 1.0 <= age <= time.monotonic() - claimed + 1.0
+    assert InMemorySlotStore().claim_age("t", 0) is None
+    _healthy(uri, [1], **opened)
 
 
 # --------------------------------------------------------------------------- DROP FEATURE
