@@ -231,8 +231,8 @@ def _carried_while_held(
 
 @pytest.mark.parametrize(
     ("queued", "leader"),
-    [(BEHIND, None), (None, AHEAD), (AHEAD, BEHIND)],
-    ids=["queued-behind", "leader-ahead", "queued-ahead-leader-behind"],
+    [(BEHIND, None), (None, AHEAD)],
+    ids=["queued-behind", "leader-ahead"],
 )
 def test_a_queued_append_is_carried_whatever_the_clocks(
     uri: str, tmp_path: Path, queued: str | None, leader: str | None
@@ -294,7 +294,7 @@ def test_writers_on_three_clocks_keep_the_invariants(uri: str, tmp_path: Path) -
     procs = [
         start_child(
             __name__,
-            {"op": "writer", "uri": uri, "worker": w, "ops": 12, "seed": 2800 + w, "gate": gate},
+            {"op": "writer", "uri": uri, "worker": w, "ops": 8, "seed": 2800 + w, "gate": gate},
             offset,
         )
         for w, offset in enumerate(offsets)
@@ -311,5 +311,5 @@ def test_writers_on_three_clocks_keep_the_invariants(uri: str, tmp_path: Path) -
         finish(procs)
     assert all(not r["errors"] for r in results)
     acks = [ack for r in results for ack in r["acks"]]
-    assert sum(a["kind"] == "append" for a in acks) >= 4 * 12 // 2
+    assert sum(a["kind"] == "append" for a in acks) >= 4 * 8 // 2
     _ends_healthy(uri, acks)

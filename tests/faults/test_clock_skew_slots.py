@@ -115,9 +115,10 @@ def where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, 
 
 
 @pytest.mark.parametrize(
-    ("claimer", "repairer"),
-    [(BEHIND, AHEAD), (AHEAD, BEHIND)],
-    ids=["claimer-behind-repairer-ahead", "claimer-ahead-repairer-behind"],
+    ("where", "claimer", "repairer"),
+    [("local", BEHIND, AHEAD), ("local", AHEAD, BEHIND), ("s3", BEHIND, AHEAD)],
+    ids=["local-claimer-behind-repairer-ahead", "local-claimer-ahead-repairer-behind", "s3-claimer-behind"],
+    indirect=["where"],
 )
 def test_a_claims_age_is_read_on_the_stores_clock(
     where: dict[str, Any], tmp_path: Path, claimer: str, repairer: str
