@@ -49,6 +49,10 @@ Options (case-insensitive):
 ``userMetadata``              write: stored in the commit's ``commitInfo``
 ``groupCommit``               append: ``true`` lets the commit share its version with
                               concurrent blind appends (:mod:`eventlog.txn.groupcommit`)
+``durable``                   write: ``true`` fsyncs every data file in the task that
+                              wrote it, and the commit, before the write returns
+                              (``Table.open(..., durable=True)``; local disks); a value
+                              other than ``true``/``false`` is ``InvalidInputError``
 ``rowIds``                    read: ``true`` adds each row's stable ``_row_id`` and
                               ``_row_commit_version`` (row tracking tables, Delta's
                               ``_metadata.row_id``/``row_commit_version``; else

@@ -73,6 +73,8 @@ Options (case-insensitive; as for batch writes where they make sense):
 ``autoCompact``             ``true``/``false``: overrides ``delta.autoOptimize.autoCompact``
 ``autoCompactMinNumFiles``  small files in a partition that trigger a compaction (50)
 ``checkpointLease``         ``false`` turns the start-of-query ownership check off
+``durable``                 ``true``: every batch's files fsynced in its tasks, and its
+                            commit, before the batch is acknowledged (as for batch writes)
 ``storage.<name>``          fsspec storage options of the table's file system (and
 ``storageOptions``          a JSON object of them), as for batch writes
 ==========================  =============================================================
@@ -108,7 +110,7 @@ from eventlog.log.location import TableLocation
 from lockstore import LeaseOwner, SlotStore
 from lockstore.registry import ENV_VAR
 from spark_adapter.errors import typed_task_errors
-from spark_adapter.types import option, option_bool, option_int, spark_to_arrow_schema, table_location
+from spark_adapter.types import option, option_bool, option_int, spark_to_arrow_schema, write_location
 from streaming import ownership
 from streaming.batchfiles import UNKNOWN, BatchFiles, abort_batch, write_batch_files
 from streaming.compaction import DEFAULT_MIN_FILES, parse_auto_compact
@@ -164,7 +166,7 @@ class StreamSettings:
         )
         data_schema = spark_to_arrow_schema(schema, nullable=True)
         return StreamSettings(
-            location=table_location(options),
+            location=write_location(options),
             checkpoint=option(options, "checkpointLocation"),
             complete=overwrite,
             sink=sink,
@@ -201,7 +203,8 @@ def create_stream_writer(
 ) -> EventlogStreamWriter:
     """``DataSource.streamWriter()``: plan the micro-batch and check the checkpoint's owner,
     or (in Spark's per-batch commit worker) just carry the options to the commit."""
-    settings = StreamSettings.parse(options, schema, overwrite)
+    with typed_task_errors():  # a bad option reaches the caller recoverable (recover_error)
+        settings = StreamSettings.parse(options, schema, overwrite)
     if _called_by(_COMMIT_RUNNER):
         return EventlogStreamWriter(settings, None, None)
     plan = settings.plan()

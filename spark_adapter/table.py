@@ -20,6 +20,10 @@ s3 = EventlogTable.forPath(spark, "s3://bucket/events", slots="zk://zk1:2181/eve
 
 ``storage_options`` (fsspec options of the table's file system) reach every Spark task the
 operations run: the handle's :class:`~eventlog.log.location.TableLocation` travels with them.
+So does durable mode: ``EventlogTable.forPath(spark, uri, durable=True)`` (or a ``Table``
+opened with ``durable=True``) makes every task fsync the data and change files it writes,
+and the driver the deletion vectors and the commit, before an operation returns
+(:mod:`eventlog.log.durable`).
 ``s3://`` tables are read by Spark's Parquet reader through S3A when ``hadoop-aws`` is on
 the classpath, their storage options translated for each read (:mod:`spark_adapter.s3a`);
 other tables with storage options, and options S3A cannot express, are read by Python tasks
@@ -106,14 +110,17 @@ class EventlogTable:
         slots: SlotsSpec = None,
         *,
         storage_options: Mapping[str, Any] | None = None,
+        durable: bool = False,
     ) -> EventlogTable:
         """Open the table at ``uri`` (TableNotFoundError if there is none).
 
         ``storage_options``: fsspec options of its file system (endpoint, credentials...),
         used here and in every Spark task of the handle's operations; InvalidInputError
-        (nothing touched) for options the file system does not take.
+        (nothing touched) for options the file system does not take. ``durable``: the
+        handle's operations fsync what they write, in the tasks and on the driver, before
+        they return (``Table.open(..., durable=True)``).
         """
-        table = Table.open(uri, slots, storage_options=storage_options)
+        table = Table.open(uri, slots, storage_options=storage_options, durable=durable)
         protocol = table.log.fs.protocol
         if "memory" in (protocol if isinstance(protocol, tuple) else (protocol,)):
             # Spark tasks run in other processes, which cannot see this process's memory.

@@ -36,6 +36,7 @@ __all__ = [
     "storage_spark_options",
     "table_location",
     "table_uri",
+    "write_location",
     "to_spark_arrow",
 ]
 
@@ -210,6 +211,14 @@ def table_location(options: Mapping[str, str]) -> TableLocation:
     """The table location of a read or write: the ``path`` option (see :func:`table_uri`)
     with its :func:`storage_options`."""
     return TableLocation.of(table_uri(options), storage_options(options))
+
+
+def write_location(options: Mapping[str, str]) -> TableLocation:
+    """The table location of a write (batch or streaming): :func:`table_location`, in durable
+    mode with the ``durable`` option (``true``/``false``, default ``false``; any other value
+    is InvalidInputError): every data file the tasks write, and the commit, fsynced before
+    the commit is acknowledged (:mod:`eventlog.log.durable`)."""
+    return TableLocation.of(table_location(options), durable=option_bool(options, "durable"))
 
 
 def storage_spark_options(location: TableLocation) -> dict[str, str]:

@@ -13,6 +13,12 @@ Three places, three processes (see the PySpark Data Source reference):
   whose read version is the version planned, so the table's isolation level and conflict
   rules apply to everything committed since planning.
 
+Durable mode (the ``durable`` option, :mod:`eventlog.log.durable`): the plan's location is
+durable, so each task fsyncs the data files it wrote, and their directories, before it
+returns its message (Spark's own Parquet writer never writes an eventlog table's files:
+every file is written by these Python tasks), and the commit runs on a durable table
+handle (staged commit, claim, publish). A write is acknowledged only after all of it.
+
 Liquid clustering: the ``clusterBy`` option (comma-separated columns) makes a new table
 clustered (``Table.create(..., cluster_by=...)``); on an existing table it must name the
 table's clustering columns, else ``ClusteringError`` (reason ``mismatch``) naming both lists:
@@ -57,7 +63,7 @@ from eventlog.table import Table
 from eventlog.table.identity import TaskIdentity, check_identity_write, ranges_from_json, ranges_to_json
 from eventlog.userinput import check_app_id, check_optional_text
 from spark_adapter.errors import typed_task_errors
-from spark_adapter.types import option, option_bool, option_int, spark_to_arrow_schema, table_location
+from spark_adapter.types import option, option_bool, option_int, spark_to_arrow_schema, write_location
 
 __all__ = ["EventlogCommitMessage", "EventlogWriter", "WritePlan", "plan_write"]
 
@@ -104,8 +110,13 @@ class WritePlan:
         return self.location.uri
 
     def open_table(self, **options: Any) -> Table:
+        location = self.location
         return Table.open(
-            self.location.uri, slots=self.slots, storage_options=self.location.storage_options, **options
+            location.uri,
+            slots=self.slots,
+            storage_options=location.storage_options,
+            durable=location.durable,
+            **options,
         )
 
     @property
@@ -115,7 +126,7 @@ class WritePlan:
 
 def plan_write(options: Any, spark_schema: StructType, overwrite: bool) -> WritePlan:
     """Open (or plan to create) the table and validate the write; raises before any task runs."""
-    location = table_location(options)
+    location = write_location(options)
     uri = location.uri
     slots = option(options, "slots")
     app_id, app_version = option(options, "txnAppId"), option_int(options, "txnVersion")
@@ -378,7 +389,10 @@ class EventlogWriter(DataSourceArrowWriter):  # type: ignore[misc]
         # The path held no table at planning: this commit creates it, with the data, as
         # version 0. A writer that created it meanwhile wins; we get ProtocolChangedException
         # from the conflict check (as Delta), and our files are deleted.
-        handle = Table.handle(plan.uri, slots=plan.slots, storage_options=plan.location.storage_options)
+        location = plan.location
+        handle = Table.handle(
+            plan.uri, slots=plan.slots, storage_options=location.storage_options, durable=location.durable
+        )
         txn = Transaction(handle, None)
         stage_new_table(txn, plan.schema, plan.schema_json, plan.partition_by)
         if plan.cluster_by:  # the clustering features and domain, as Table.create stages them

@@ -89,11 +89,13 @@ class BatchPlan:
         return self.location.uri
 
     def open_table(self, **options: Any) -> Table:
-        """A handle on the table (the plan's slots and storage options); TableNotFoundError."""
+        """A handle on the table (the plan's slots, storage options and durable mode);
+        TableNotFoundError."""
         return Table.open(
             self.location.uri,
             slots=self.options.slots,
             storage_options=self.location.storage_options,
+            durable=self.location.durable,
             **options,
         )
 

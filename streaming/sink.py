@@ -378,7 +378,10 @@ def _open(plan: BatchPlan) -> Table:
     except TableNotFoundError:
         if plan.read_version >= 0:
             raise
-        return Table.handle(plan.uri, slots=options.slots, storage_options=plan.location.storage_options)
+        location = plan.location
+        return Table.handle(
+            plan.uri, slots=options.slots, storage_options=location.storage_options, durable=location.durable
+        )
 
 
 def _commit(
@@ -520,7 +523,8 @@ class MicroBatchSink:
 
     ``query_id`` must be stable across restarts of the query (it is the txn app id);
     ``run_id`` must change on every restart. ``storage_options``: fsspec options of the
-    table's file system (or pass a :class:`TableLocation` as ``uri``).
+    table's file system (or pass a :class:`TableLocation` as ``uri``). ``durable``: every
+    file and commit fsynced before a batch's commit returns (:mod:`eventlog.log.durable`).
     """
 
     def __init__(
@@ -532,8 +536,9 @@ class MicroBatchSink:
         complete: bool = False,
         options: SinkOptions | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        durable: bool = False,
     ) -> None:
-        self.location = TableLocation.of(uri, storage_options)
+        self.location = TableLocation.of(uri, storage_options, durable=durable)
         self.uri = self.location.uri
         self.query_id = query_id
         self.run_id = run_id or str(uuid.uuid4())

@@ -12,6 +12,11 @@ write new Parquet files with :func:`eventlog.files.datafiles.write_data_files` a
 Files written by tasks of an operation that then fails are deleted (best effort): each
 task lists what it wrote in a manifest under ``_eventlog/spark-staging/<job id>/`` and the
 driver deletes the listed files when a job or the planning fails (:class:`StagedFiles`).
+
+Durable mode: the context's location is the table handle's (:meth:`TableLocation.from_store
+<eventlog.log.location.TableLocation.from_store>`), durable when the handle is, so each task
+fsyncs the data and change files it writes, and their directories, before it reports them;
+the driver's deletion vectors and commit go through the durable handle itself.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import functools
 import logging
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import numpy as np
@@ -248,7 +253,9 @@ class TaskOutput:
 
     def __init__(self, ctx: JobContext) -> None:
         self.ctx = ctx
-        self.fs, self.root = ctx.location.files()
+        self.fs, self.root = ctx.location.files()  # durable mode: data files fsynced here
+        # The manifest only serves the cleanup of a failed job: never fsynced.
+        self._manifest_fs = replace(ctx.location, durable=False).files()[0]
         self.manifest = f"{ctx.staging_dir(self.root)}/{uuid.uuid4().hex}.json"
         self.paths: list[str] = []
 
@@ -285,8 +292,8 @@ class TaskOutput:
         """Recorded right after writing so the driver finds these files even if another
         task fails the job after this one finished."""
         self.paths.extend(paths)
-        self.fs.makedirs(self.manifest.rsplit("/", 1)[0], exist_ok=True)
-        with self.fs.open(self.manifest, "wb") as f:
+        self._manifest_fs.makedirs(self.manifest.rsplit("/", 1)[0], exist_ok=True)
+        with self._manifest_fs.open(self.manifest, "wb") as f:
             f.write(orjson.dumps(self.paths))
 
     def discard(self) -> None:
