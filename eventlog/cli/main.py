@@ -8,17 +8,21 @@
     eventlog changes TABLE --start-version N|--start-timestamp T [--end-version M] [--format F]
     eventlog verify TABLE [--key-env VAR] [--accept-lost N]... [--require-anchors] [--allow-unguarded]
     eventlog vacuum TABLE [--dry-run] [--retention-hours H]
-    eventlog optimize TABLE [--where SQL] [--zorder-by COLS]
-    eventlog reorg TABLE --purge [--where SQL]
-    eventlog restore TABLE N
-    eventlog drop-feature TABLE NAME [--truncate-history]
+    eventlog optimize TABLE [--where SQL] [--zorder-by COLS] [--durable]
+    eventlog reorg TABLE --purge [--where SQL] [--durable]
+    eventlog restore TABLE N [--durable]
+    eventlog drop-feature TABLE NAME [--truncate-history] [--durable]
     eventlog slots status TABLE [--limit N]
-    eventlog slots repair TABLE [--dry-run] [--limit N] [--accept-lost N]...
+    eventlog slots repair TABLE [--dry-run] [--limit N] [--accept-lost N]... [--durable]
 
 Global options, before or after the subcommand: ``--slots SPEC`` (the slot store; default
 ``$EVENTLOG_SLOTS``, else the table's embedded store), ``--storage-option KEY=VALUE``
 (repeatable; refused for now: tables take no filesystem options yet), ``--log-level
 LEVEL`` (debug, info, warning, error, critical; to stderr), ``--json``, ``--debug``.
+
+``--durable`` (the subcommands that commit): durable mode, every file and directory entry
+the command writes fsynced before its commit is acknowledged (``Table.open(...,
+durable=True)``; local tables).
 
 Every subcommand prints tables for people, or with ``--json`` one JSON document for
 scripts. Long work (replay, verify, vacuum, optimize, reorg) shows a progress bar when stdout is

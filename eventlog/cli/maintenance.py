@@ -1,5 +1,10 @@
 """Subcommands that change the table or its slots: ``vacuum``, ``optimize``, ``reorg``,
-``restore``, ``drop-feature``, ``slots status`` and ``slots repair``."""
+``restore``, ``drop-feature``, ``slots status`` and ``slots repair``.
+
+Every one that commits takes ``--durable`` (durable mode, :mod:`eventlog.log.durable`): the
+files and directory entries it writes are fsynced before its commit is acknowledged.
+``vacuum`` commits nothing (it deletes files no version reads; a deletion a power loss
+undoes leaves an unreferenced file that the next VACUUM deletes again), so it has none."""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import RenderableType
 
-from eventlog.cli.options import AcceptLostOption, Settings
+from eventlog.cli.options import AcceptLostOption, DurableOption, Settings
 from eventlog.cli.output import emit, fields, pairs, progress, table
 from eventlog.cli.reads import TableArg, column_list
 from eventlog.errors import InvalidInputError
@@ -71,10 +76,11 @@ def optimize(
         str | None,
         typer.Option(metavar="COLS", help="Z-order by these columns (comma-separated).", show_default=False),
     ] = None,
+    durable: DurableOption = False,
 ) -> None:
     """Compact small files (bin-packing), optionally Z-ordered; a dataChange=false commit."""
     columns = column_list(zorder_by, "--zorder-by")
-    with settings.open(uri) as t:
+    with settings.open(uri, durable=durable) as t:
         with progress("Optimizing"):
             result = t.optimize(columns, partition_filter=where)
         data = commit_json(t.uri, result)
@@ -90,13 +96,14 @@ def reorg(
         typer.Option("--purge", help="APPLY (PURGE): rewrite the files with deletion vectors (required)."),
     ] = False,
     where: PartitionWhere = None,
+    durable: DurableOption = False,
 ) -> None:
     """REORG TABLE ... APPLY (PURGE): physically remove deleted rows; a dataChange=false commit."""
     if not purge:
         raise InvalidInputError(
             "reorg needs --purge (REORG TABLE ... APPLY (PURGE) is the one REORG it runs)"
         )
-    with settings.open(uri) as t:
+    with settings.open(uri, durable=durable) as t:
         with progress("Purging"):
             result = t.reorg_purge(where)
         data = commit_json(t.uri, result)
@@ -108,9 +115,10 @@ def restore(
     settings: Settings,
     uri: TableArg,
     version: Annotated[int, typer.Argument(metavar="N", min=0, help="The version to restore.")],
+    durable: DurableOption = False,
 ) -> None:
     """Make version N's files live again, as a new version (RESTORE)."""
-    with settings.open(uri) as t:
+    with settings.open(uri, durable=durable) as t:
         result = t.restore(version)
         data = commit_json(t.uri, result)
         data["restored_version"] = version
@@ -125,9 +133,10 @@ def drop_feature(
         bool,
         typer.Option("--truncate-history", help="TRUNCATE HISTORY: the kept log must no longer use it."),
     ] = False,
+    durable: DurableOption = False,
 ) -> None:
     """ALTER TABLE ... DROP FEATURE: remove the feature's traces, then downgrade the protocol."""
-    with settings.open(uri) as t:
+    with settings.open(uri, durable=durable) as t:
         with progress("Dropping"):
             result = t.drop_feature(name, truncate_history=truncate_history)
         data = commit_json(t.uri, result)
@@ -191,13 +200,14 @@ def slots_repair(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what it would do; change nothing.")] = False,
     limit: SlotLimit = 100,
     accept_lost: AcceptLostOption = None,
+    durable: DurableOption = False,
 ) -> None:
     """Finish or resolve slots without their commit; what it does lands in the commit log.
 
     An acknowledged commit that is gone from the log is reported as lost and left alone,
     unless its version is given with --accept-lost.
     """
-    with settings.handle(uri) as t:
+    with settings.handle(uri, durable=durable) as t:
         actions = t.repair_slots(dry_run=dry_run, limit=limit, accept_lost=accept_lost or ())
         data = {"table": t.key, "dry_run": dry_run, "actions": actions}
     emit(settings, data, _render_repair)

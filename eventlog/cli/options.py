@@ -95,6 +95,15 @@ LogLevelOption = Annotated[
         show_default=False,
     ),
 ]
+DurableOption = Annotated[
+    bool,
+    typer.Option(
+        "--durable",
+        help="Durable mode: fsync every file and directory entry the command writes before its "
+        "commit is acknowledged, so a power loss cannot take it (local tables; a no-op on object "
+        "stores).",
+    ),
+]
 JsonOption = Annotated[
     bool,
     typer.Option("--json", help="Print JSON for scripts instead of tables.", rich_help_panel=GLOBAL_PANEL),
@@ -155,15 +164,18 @@ class Settings:
 
     # ------------------------------------------------------------------ tables
 
-    def open(self, uri: str) -> Table:
-        """The table at ``uri``, read to its latest version (TableNotFoundError if absent)."""
-        return Table.open(uri, slots=self.slots, storage_options=self.storage_options or None)
+    def open(self, uri: str, *, durable: bool = False) -> Table:
+        """The table at ``uri``, read to its latest version (TableNotFoundError if absent);
+        ``durable``: opened in durable mode (the ``--durable`` of commands that commit)."""
+        return Table.open(
+            uri, slots=self.slots, storage_options=self.storage_options or None, durable=durable
+        )
 
-    def handle(self, uri: str) -> Table:
+    def handle(self, uri: str, *, durable: bool = False) -> Table:
         """A handle that has read nothing (see :meth:`Table.handle`): the slots commands and
         ``verify`` must see the slots and the log before reading the log acts on them.
         TableNotFoundError when ``uri`` holds no ``_delta_log``."""
-        table = Table.handle(uri, self.slots, storage_options=self.storage_options or None)
+        table = Table.handle(uri, self.slots, storage_options=self.storage_options or None, durable=durable)
         if not table.log.list_log():
             table.close()
             raise TableNotFoundError(table.uri)
