@@ -26,12 +26,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import queue
 import select
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -113,19 +115,29 @@ def child(spec: dict[str, Any]) -> None:
             group_commit=True,
         )
         return
+    if op == "held_append":
+        held_append(spec, emit)
+        return
     with Table.open(uri, group_commit=True, **_where(spec)) as table:
-        if op == "held_append":
-            original = table.log.stage
-
-            def stage_then_hold(name: str, data: bytes, *, atomic: bool = False) -> None:
-                original(name, data, atomic=atomic)
-                if QueuedName.parse(name) is not None:
-                    emit({"queued": name})
-                    wait_for(spec["gate"], 60)
-
-            table.log.stage = stage_then_hold  # type: ignore[method-assign]
         result = table.append(_rows(spec["ids"]))
         emit({"version": result.version, "txn": result.txn_id})
+
+
+def held_append(spec: dict[str, Any], report: Callable[[dict[str, Any]], None]) -> None:
+    """One group-commit append of ``ids``, held right after it queued its file (reported as
+    ``queued``) until the ``gate`` file exists; then its outcome is reported."""
+    with Table.open(spec["uri"], group_commit=True, **_where(spec)) as table:
+        original = table.log.stage
+
+        def stage_then_hold(name: str, data: bytes, *, atomic: bool = False) -> None:
+            original(name, data, atomic=atomic)
+            if QueuedName.parse(name) is not None:
+                report({"queued": name})
+                wait_for(spec["gate"], 60)
+
+        table.log.stage = stage_then_hold  # type: ignore[method-assign]
+        result = table.append(_rows(spec["ids"]))
+        report({"version": result.version, "txn": result.txn_id})
 
 
 def _where(spec: dict[str, Any]) -> dict[str, Any]:
@@ -200,30 +212,74 @@ def uri(tmp_path: Path) -> Iterator[str]:
 # --------------------------------------------------------------------------- the tests
 
 
+class _Held:
+    """The held writer of :func:`held_append`: a process on clock ``offset``, or (None) a
+    thread of this process (one process fewer to start)."""
+
+    def __init__(self, spec: dict[str, Any], offset: str | None) -> None:
+        self.offset = offset
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.reports: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.thread = threading.Thread(target=held_append, args=(spec, self.reports.put), daemon=True)
+        if offset is None:
+            self.thread.start()
+        else:
+            self.proc = start_child(__name__, spec, offset)
+
+    def report(self, timeout: float) -> dict[str, Any]:
+        if self.proc is not None:
+            return read_report(self.proc, self.offset, timeout)
+        return self.reports.get(timeout=timeout)
+
+    def end(self) -> None:
+        """Ended by itself, bounded: the process with 0, the thread at all."""
+        if self.proc is not None:
+            assert self.proc.wait(timeout=30) == 0
+        else:
+            self.thread.join(timeout=30)
+            assert not self.thread.is_alive(), "the held writer hung"
+
+    def close(self) -> None:
+        if self.proc is not None:
+            finish([self.proc])
+
+
+def _append_on(offset: str | None, uri: str, ids: list[int], **where: Any) -> dict[str, Any]:
+    """One group-commit append on clock ``offset`` (None: in this process); its report."""
+    if offset is None:
+        with Table.open(uri, group_commit=True, **where) as table:
+            result = table.append(_rows(ids))
+        return {"version": result.version, "txn": result.txn_id}
+    proc = start_child(__name__, {"op": "append", "uri": uri, "ids": ids, **where}, offset)
+    try:
+        report = read_report(proc, offset, 60)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        finish([proc])
+    return report
+
+
 def _carried_while_held(
     uri: str, gate: str, queued: str | None, leader: str | None, **where: Any
 ) -> list[dict[str, Any]]:
     """A writer on clock ``queued`` is held right after queuing its append; a writer on
     clock ``leader`` appends, leads and must carry it: one version, both acknowledged there.
     The acknowledgements, leader first."""
-    held = start_child(__name__, {"op": "held_append", "uri": uri, "ids": [1], "gate": gate, **where}, queued)
-    procs = [held]
+    held = _Held({"op": "held_append", "uri": uri, "ids": [1], "gate": gate, **where}, queued)
     storage_options = where.get("storage_options")
     try:
-        name = read_report(held, queued, 60)["queued"]
+        name = held.report(60)["queued"]
         assert _queued(uri, storage_options) == [name]
-        lead = start_child(__name__, {"op": "append", "uri": uri, "ids": [2], **where}, leader)
-        procs.append(lead)
-        led = read_report(lead, leader, 60)
+        led = _append_on(leader, uri, [2], **where)
         assert led["version"] == 1
         assert _queued(uri, storage_options) == []  # carried: the leader deleted the member's file
         Path(gate).touch()
-        carried = read_report(held, queued, 60)
+        carried = held.report(60)
         assert carried["version"] == 1, "the queued append was left to commit on its own"
-        assert held.wait(timeout=30) == 0 and lead.wait(timeout=30) == 0
+        held.end()
     finally:
         Path(gate).touch()
-        finish(procs)
+        held.close()
     with Table.open(uri, **where) as table:
         assert sorted(member_txn_ids(table.history(1)[0])) == sorted([led["txn"], carried["txn"]])
     return [_ack(led, [2]), _ack(carried, [1])]
@@ -247,7 +303,7 @@ def test_on_s3_a_queued_append_is_carried_whatever_the_clocks(
     """The same on S3, whose LastModified has whole seconds (ties ordered by the name)."""
     where = {"slots": f"s3://{s3_bucket}/slots", "storage_options": s3_storage_options}
     Table.create(s3_uri, SCHEMA, **where).close()
-    acks = _carried_while_held(s3_uri, str(tmp_path / "gate"), BEHIND, AHEAD, **where)
+    acks = _carried_while_held(s3_uri, str(tmp_path / "gate"), None, AHEAD, **where)
     _ends_healthy(s3_uri, acks, **where)
 
 
