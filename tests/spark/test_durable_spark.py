@@ -18,7 +18,6 @@ driver's.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -231,4 +230,3 @@ def test_durable_streaming_sink_keeps_every_acknowledged_batch(
     _check_image(image, list(range(25)), 1)  # one version per micro-batch
     with Table.open(image) as t:
         assert t.snapshot(1).txn_version(str(query.id)) == 1
-    shutil.rmtree(tmp_path / "image")
