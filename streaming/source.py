@@ -304,14 +304,12 @@ class ChangeSource:
         """The first commit at or after ``timestamp`` (the next version to come if none)."""
         ts = timestamp_ms(timestamp)
         try:
-            at_or_before = self.table.version_at(ts)
+            # Versions are dated strictly increasing (as time travel dates them): the first
+            # at or after ``ts`` is the one after the last dated before it.
+            return self.table.version_at(ts - 1) + 1
         except VersionNotFoundError:
             bounds = LogStore.commit_version_bounds(self.table.log.list_log())
             return bounds[0] if bounds else 0  # before the first commit: from the first one
-        commit = self.table.commitlog.read_commit(at_or_before, required=False)
-        if commit is not None and commit.timestamp == ts:
-            return at_or_before
-        return at_or_before + 1
 
     def prepare_available_now(self) -> int:
         """Fix the last version this run reads (``Trigger.AvailableNow``): the latest now."""

@@ -335,6 +335,28 @@ class LogStore:
             self._keep_probed(version, head)
         return True
 
+    def commit_mtimes_ms(self) -> dict[int, int]:
+        """The modification time (epoch ms) of every commit file, from one listing."""
+        with storage_step(self.uri, LOG_DIR, "commit log"):
+            if self.is_local:
+                try:
+                    entries = list(os.scandir(self.log_dir))
+                except FileNotFoundError:
+                    return {}
+                times: dict[str, int | None] = {e.name: int(e.stat().st_mtime * 1000) for e in entries}
+            else:
+                try:
+                    listed = self._fresh(self.log_dir).ls(self.log_dir, detail=True)
+                except FileNotFoundError:
+                    return {}
+                times = {i["name"].rsplit("/", 1)[-1]: file_mtime_ms(i) for i in listed}
+        out: dict[int, int] = {}
+        for name, mtime in times.items():
+            version = parse_commit_file_name(name)
+            if version is not None and mtime is not None:
+                out[version] = mtime
+        return out
+
     def commit_mtime_ms(self, version: int) -> int | None:
         path = self.commit_path(version)
         try:

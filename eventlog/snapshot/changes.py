@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import os
 from collections.abc import Mapping, Sequence
 
 import fsspec
@@ -65,7 +64,7 @@ from eventlog.log.actions import AddCDCFile, AddFile, CommitInfo, Metadata, Remo
 from eventlog.log.commit import Commit
 from eventlog.log.commitlog import CommitLog
 from eventlog.log.in_commit_timestamps import in_commit_timestamp
-from eventlog.log.storage import LogStore, file_mtime_ms, parse_commit_file_name
+from eventlog.log.storage import LogStore
 from eventlog.snapshot.loader import load_snapshot
 from eventlog.snapshot.timeline import timestamp_ms
 from eventlog.userinput import check_string_list
@@ -112,26 +111,8 @@ class ChangePlan:
 
 
 def _commit_mtimes(log: LogStore, first: int, last: int) -> dict[int, int]:
-    """Modification times of the commit files ``first..last`` that exist (one listing on
-    object stores, one stat per file on local disk)."""
-    out: dict[int, int] = {}
-    if log.is_local:
-        for version in range(first, last + 1):
-            try:
-                out[version] = int(os.stat(log.commit_path(version)).st_mtime * 1000)
-            except FileNotFoundError:
-                continue
-        return out
-    try:
-        entries = log.fs.ls(log.log_dir, detail=True)
-    except FileNotFoundError:
-        return out
-    for info in entries:
-        found = parse_commit_file_name(str(info.get("name", "")))
-        mtime = file_mtime_ms(info)
-        if found is not None and first <= found <= last and mtime is not None:
-            out[found] = mtime
-    return out
+    """Modification times of the commit files ``first..last`` that exist (one listing)."""
+    return {v: t for v, t in log.commit_mtimes_ms().items() if first <= v <= last}
 
 
 def commit_timestamps(commitlog: CommitLog, commits: Sequence[Commit]) -> dict[int, int]:

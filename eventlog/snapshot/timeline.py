@@ -22,28 +22,28 @@ def version_at(
     """The latest version up to ``current``'s committed at or before ``ts_ms``
     (:func:`timestamp_ms` of ``requested``, which error messages name).
 
-    Commit times come from ``current`` when it knows them, else from each commit's
-    ``commitInfo`` (its ``inCommitTimestamp``, else its ``timestamp``), else from the commit
-    file's modification time. With in-commit timestamps on, the protocol's rules apply
+    As the protocol specifies and Delta Spark does: without in-commit timestamps, a version
+    is dated by its commit file's modification time (stamped by the storage, so a writer's
+    skewed clock does not move it), made increasing (a version dated at or before the one
+    below it is dated 1 ms after it). With in-commit timestamps on
     (:func:`eventlog.log.in_commit_timestamps.window`): versions from the enablement version
     on are dated by ``inCommitTimestamp`` and are the only ones a timestamp at or after the
     enablement timestamp can resolve to; older ones by their file's modification time.
     """
-    known = dict(current.commit_timestamps)
     versions: range = range(current.version + 1)
-    by_mtime = False
+    by_ict = False
     where = ict.enablement(current.metadata.configuration)
     if where is not None:
         versions, by_ict = ict.window(where, ts_ms, current.version)
-        by_mtime = not by_ict
+    dates: dict[int, int | None]
+    if by_ict:
+        known = dict(current.commit_timestamps)
+        dates = {v: known.get(v) or _commit_timestamp(commitlog, v) for v in versions}
+    else:
+        dates = dict(_monotonic(commitlog.log.commit_mtimes_ms(), versions))
     best = -1
     for version in versions:
-        if by_mtime:
-            commit_ts = commitlog.log.commit_mtime_ms(version)
-        else:
-            commit_ts = known.get(version)
-            if commit_ts is None:
-                commit_ts = _commit_timestamp(commitlog, version)
+        commit_ts = dates.get(version)
         if commit_ts is None:
             continue
         if commit_ts <= ts_ms:
@@ -58,6 +58,21 @@ def version_at(
             latest=current.version,
         )
     return best
+
+
+def _monotonic(mtimes: dict[int, int], versions: range) -> dict[int, int]:
+    """Delta's dates of commits by file time: each at least 1 ms after the one below it."""
+    out: dict[int, int] = {}
+    previous: int | None = None
+    for version in range(versions.stop):
+        mtime = mtimes.get(version)
+        if mtime is None:
+            continue
+        dated = mtime if previous is None or mtime > previous else previous + 1
+        previous = dated
+        if version >= versions.start:
+            out[version] = dated
+    return out
 
 
 def _commit_timestamp(commitlog: CommitLog, version: int) -> int | None:
@@ -91,9 +106,12 @@ def timestamp_ms(value: dt.datetime | str | int) -> int:
 def commit_history(commitlog: CommitLog, current: Snapshot, limit: int | None) -> list[dict[str, Any]]:
     """``{"version": v, **commitInfo}`` of each version from ``current``'s down, at most
     ``limit``, stopping where older commits were cleaned up. ``timestamp`` is the commit's
-    time as time travel dates it: with in-commit timestamps on, ``inCommitTimestamp`` from
-    the enablement version on and the file's modification time before it."""
+    time as time travel dates it (:func:`version_at`), as Delta's history reports it: the
+    file's modification time made increasing, or with in-commit timestamps on
+    ``inCommitTimestamp`` from the enablement version on. (``commitInfo.timestamp``, the
+    writer's clock, stays in the commit file.)"""
     where = ict.enablement(current.metadata.configuration)
+    by_file: dict[int, int] | None = None  # listed once, when a version is dated by file
     out: list[dict[str, Any]] = []
     version = current.version
     while version >= 0 and (limit is None or len(out) < limit):
@@ -104,13 +122,14 @@ def commit_history(commitlog: CommitLog, current: Snapshot, limit: int | None) -
         entry: dict[str, Any] = {"version": version}
         if info is not None:
             entry.update(info.to_json())
-        if where is not None:
-            if version >= where.version:
-                dated = ict.in_commit_timestamp(info)
-            else:
-                dated = commitlog.log.commit_mtime_ms(version)
-            if dated is not None:
-                entry["timestamp"] = dated
+        if where is not None and version >= where.version:
+            dated = ict.in_commit_timestamp(info)
+        else:
+            if by_file is None:
+                by_file = _monotonic(commitlog.log.commit_mtimes_ms(), range(current.version + 1))
+            dated = by_file.get(version)
+        if dated is not None:
+            entry["timestamp"] = dated
         out.append(entry)
         version -= 1
     return out

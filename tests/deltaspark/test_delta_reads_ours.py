@@ -203,13 +203,6 @@ def test_history_of_the_handle_that_cleaned_the_log_matches_delta_spark(spark: A
     assert [(h["version"], h["operation"]) for h in t.history()] == delta_history(spark, t.uri)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="engine: timestamp time travel dates a commit by commitInfo.timestamp; Delta Spark (without "
-    "inCommitTimestamp) by the commit file's modification time, as PROTOCOL.md specifies, so a "
-    "timestamp between the two resolves to different versions",
-)
 def test_timestamp_time_travel_resolves_the_version_delta_spark_resolves(spark: Any, tmp_path: Path) -> None:
     """The last commit's file dated 2 s after its commitInfo.timestamp (a store that dates an
     object when its upload ends); a timestamp 1 s after commitInfo.timestamp."""

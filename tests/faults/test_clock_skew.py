@@ -128,8 +128,8 @@ def test_in_commit_timestamps_stay_monotonic_and_time_travel_follows_them(tmp_pa
 
 
 def test_without_in_commit_timestamps_each_commit_carries_its_writers_clock(tmp_path: Path) -> None:
-    """Documented behaviour: commitInfo.timestamp is the writer's clock (Delta's too); the
-    file modification times, which Delta Spark dates versions by, stay true."""
+    """commitInfo.timestamp is the writer's clock (Delta's too); the file modification
+    times stay true, and history and time travel date versions by them, as Delta does."""
     uri = str(tmp_path / "table")
     Table.create(uri, SCHEMA).close()
     acks: list[dict[str, Any]] = []
@@ -139,22 +139,20 @@ def test_without_in_commit_timestamps_each_commit_carries_its_writers_clock(tmp_
     after = _now_ms()
     log = LogStore(uri)
     with Table.open(uri) as table:
-        history = {h["version"]: h for h in table.history()}
-        assert history[1]["timestamp"] > after + 3 * HOUR_MS - 60_000  # ahead
-        assert history[2]["timestamp"] < before - 3 * HOUR_MS + 60_000  # behind
-        assert before <= history[3]["timestamp"] <= after
+        written = {v: json.loads((log.read_commit(v) or b"").split(b"\n", 1)[0]) for v in (1, 2, 3)}
+        stamped = {v: c["commitInfo"]["timestamp"] for v, c in written.items()}
+        assert stamped[1] > after + 3 * HOUR_MS - 60_000  # ahead
+        assert stamped[2] < before - 3 * HOUR_MS + 60_000  # behind
+        assert before <= stamped[3] <= after
+        dated = {h["version"]: h["timestamp"] for h in table.history()}
         for version in (1, 2, 3):
             mtime = log.commit_mtime_ms(version)
             assert mtime is not None and before - 2_000 <= mtime <= after + 2_000
+            assert before - 2_000 <= dated[version] <= after + 2_000
+        assert dated[1] < dated[2] < dated[3]
     _ends_healthy(uri, acks, {0, 1, 2})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known difference (README): without in-commit timestamps time travel dates a "
-    "version by its commitInfo.timestamp, the writer's clock, where Delta Spark uses the "
-    "commit file's modification time: a writer hours ahead hides the versions after it",
-)
 def test_without_in_commit_timestamps_time_travel_ignores_a_skewed_writer(tmp_path: Path) -> None:
     uri = str(tmp_path / "table")
     Table.create(uri, SCHEMA).close()
@@ -163,7 +161,14 @@ def test_without_in_commit_timestamps_time_travel_ignores_a_skewed_writer(tmp_pa
     _append(uri, [1], None, acks)
     time.sleep(0.05)
     with Table.open(uri) as table:
+        # Dated by the files' modification times, as the protocol and Delta Spark do: the
+        # commit of the writer 3 h ahead is dated when the storage wrote it.
+        written = json.loads((LogStore(uri).read_commit(1) or b"").split(b"\n", 1)[0])
+        assert written["commitInfo"]["timestamp"] > _now_ms() + HOUR_MS  # its commitInfo: 3 h ahead
         assert table.version_at(_now_ms()) == 2
+        first = LogStore(uri).commit_mtime_ms(1)
+        assert first is not None and table.version_at(first) == 1
+        assert sorted(table.to_arrow(timestamp=first).column("id").to_pylist()) == [0]
 
 
 # --------------------------------------------------------------------------- VACUUM
