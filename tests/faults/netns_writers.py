@@ -375,10 +375,6 @@ class Fleet:
 ZK_TIMEOUT = 4.0
 TICK_MS = 500  # sessions may last 1-10 s; a follower cut off is dropped after 5 ticks
 S3_PORT = 9000
-_MOTO = (
-    "import sys; sys.path.insert(0, sys.argv.pop(1)); import moto_serve; "
-    "moto_serve.LOOPBACK = '0.0.0.0'; moto_serve._serve(sys.argv[1:])"
-)
 
 
 class Lab:
@@ -454,8 +450,8 @@ class Lab:
         self.s3_dir = Path(tempfile.mkdtemp(prefix="eventlog-netns-s3-"))
         support = Path(__file__).resolve().parent.parent / "support"
         cmd = [
-            *self.net.exec_prefix("s3"), sys.executable, "-P", "-c", _MOTO, str(support),
-            "--port", str(S3_PORT), "--dir", str(self.s3_dir), "--serialize-writes",
+            *self.net.exec_prefix("s3"), sys.executable, "-P", str(support / "moto_serve.py"), "serve",
+            "--host", "0.0.0.0", "--port", str(S3_PORT), "--dir", str(self.s3_dir), "--serialize-writes",
         ]  # fmt: skip
         self.s3 = launch(cmd, log=self.s3_dir / "moto.log", cwd=self.s3_dir)
         end = time.monotonic() + 60

@@ -155,6 +155,7 @@ class _Persistence:
 def _serve(argv: Sequence[str]) -> None:
     parser = argparse.ArgumentParser(prog="moto_serve.py serve")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default=LOOPBACK, help="the address to bind (0.0.0.0: every one)")
     parser.add_argument("--dir", required=True, help="the server's directory (names it for reap_orphans)")
     parser.add_argument("--serialize-writes", action="store_true")
     parser.add_argument("--switch-interval", type=float)
@@ -174,11 +175,14 @@ def _serve(argv: Sequence[str]) -> None:
         _serialize_writes()
     from moto.server import main
 
-    print(f"serving S3 on http://{LOOPBACK}:{args.port} (pid {os.getpid()})", flush=True)
-    main(["--host", LOOPBACK, "--port", str(args.port)])
+    print(f"serving S3 on http://{args.host}:{args.port} (pid {os.getpid()})", flush=True)
+    main(["--host", args.host, "--port", str(args.port)])
 
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] != "serve":
-        sys.exit(f"usage: {sys.argv[0]} serve --port PORT --dir DIR [--serialize-writes] [--persist DIR]")
+        sys.exit(
+            f"usage: {sys.argv[0]} serve --port PORT [--host ADDRESS] --dir DIR "
+            "[--serialize-writes] [--persist DIR]"
+        )
     _serve(sys.argv[2:])
