@@ -62,7 +62,13 @@ from lockstore.base import (
     check_range_request,
 )
 from lockstore.localfs_leases import _HELD as _HELD  # the leases this process holds
-from lockstore.localfs_leases import acquire_lease_file, lease_file_owner, lease_file_path
+from lockstore.localfs_leases import (
+    acquire_lease_file,
+    lease_file_owner,
+    lease_file_path,
+    make_dirs,
+    sync_dir,
+)
 
 _SLOT = ".slot"
 _DONE = ".done"
@@ -503,25 +509,11 @@ class LocalFileSlotStore(SlotStore):
         """``os.makedirs(directory, exist_ok=True)``; with ``fsync``, the entry of every
         directory it created synced into its parent too (a claim synced into a directory
         whose own entry a power loss takes would be lost with it)."""
-        if not self._fsync:
-            os.makedirs(directory, exist_ok=True)
-            return
-        missing = []
-        current = directory
-        while not os.path.isdir(current) and os.path.dirname(current) != current:
-            missing.append(current)
-            current = os.path.dirname(current)
-        os.makedirs(directory, exist_ok=True)
-        for made in reversed(missing):
-            self._sync_dir(os.path.dirname(made))
+        make_dirs(directory, fsync=self._fsync)
 
     @staticmethod
     def _sync_dir(directory: str) -> None:
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        sync_dir(directory)
 
 
 def _compact(claim: dict[str, Any]) -> dict[str, Any]:

@@ -148,7 +148,7 @@ def acquire_lease_file(path: str, name: str, stamped: LeaseOwner, made: set[str]
                 offset += os.pwrite(fd, view[offset:], offset)
             if fsync:
                 os.fsync(fd)
-                _sync_dir(os.path.dirname(path))  # the file's entry, new or not (cheap, rare)
+                sync_dir(os.path.dirname(path))  # the file's entry, new or not (cheap, rare)
         except BaseException:
             os.close(fd)
             raise
@@ -200,7 +200,7 @@ def _lock_lease_file(path: str, made: set[str], *, fsync: bool) -> int | None:
     deadline = time.monotonic() + _LEASE_RETRY_SECONDS
     while True:
         if directory not in made:
-            _make_dirs(directory, fsync=fsync)
+            make_dirs(directory, fsync=fsync)
             made.add(directory)
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -232,10 +232,10 @@ def _lock_lease_file(path: str, made: set[str], *, fsync: bool) -> int | None:
         os.close(fd)  # we locked a file that is no longer the lease's: try the current one
 
 
-def _make_dirs(directory: str, *, fsync: bool) -> None:
+def make_dirs(directory: str, *, fsync: bool) -> None:
     """``os.makedirs(directory, exist_ok=True)``; with ``fsync``, the entry of every
-    directory it created synced into its parent, top down (a lease file synced into a
-    directory whose own entry a power loss takes would be lost with it)."""
+    directory it created synced into its parent, top down (a file synced into a directory
+    whose own entry a power loss takes would be lost with it)."""
     if not fsync:
         os.makedirs(directory, exist_ok=True)
         return
@@ -246,10 +246,11 @@ def _make_dirs(directory: str, *, fsync: bool) -> None:
         current = os.path.dirname(current)
     os.makedirs(directory, exist_ok=True)
     for created in reversed(missing):
-        _sync_dir(os.path.dirname(created))
+        sync_dir(os.path.dirname(created))
 
 
-def _sync_dir(directory: str) -> None:
+def sync_dir(directory: str) -> None:
+    """fsync a directory: the entries made in it are durable."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -23,36 +22,14 @@ from eventlog import Table
 from eventlog.cli import main
 from eventlog.log.storage import commit_file_name
 from tests.conftest import SCHEMA, rows
+from tests.support.fsyncs import Synced, record_fsyncs
 
 DV = {"delta.enableDeletionVectors": "true"}
 
 
-@dataclass
-class Synced:
-    """The fsync calls made, in order: (path, entries) for directories, (path, None) for files."""
-
-    calls: list[tuple[str, frozenset[str] | None]] = field(default_factory=list)
-
-    def entry_durable(self, path: str | Path) -> bool:
-        parent, name = os.path.split(os.fspath(path))
-        return any(p == parent and entries is not None and name in entries for p, entries in self.calls)
-
-    def file_synced(self, path: str | Path) -> bool:
-        return any(p == os.fspath(path) and entries is None for p, entries in self.calls)
-
-
 @pytest.fixture
 def synced(monkeypatch: pytest.MonkeyPatch) -> Synced:
-    record = Synced()
-    real = os.fsync
-
-    def fsync(fd: int) -> None:
-        path = os.readlink(f"/proc/self/fd/{fd}")
-        is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
-        record.calls.append((path, frozenset(os.listdir(path)) if is_dir else None))
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    record = record_fsyncs(monkeypatch)
     for name in ("EVENTLOG_SLOTS", "EVENTLOG_AUDIT_KEY"):
         monkeypatch.delenv(name, raising=False)
     return record
@@ -131,10 +108,10 @@ def test_durable_commits_are_synced_before_the_command_returns(
     if command.fsyncs is not None:
         assert len(synced.calls) == command.fsyncs
     for commit in commits:
-        assert synced.entry_durable(root / "_delta_log" / commit_file_name(commit.version))
+        assert synced.entry_durable(root / "_delta_log" / commit_file_name(commit.version)) >= 0
         written = [a.path for a in commit.adds if a.path not in existing]  # RESTORE re-adds old ones
         for path in written:
-            assert synced.file_synced(root / path) and synced.entry_durable(root / path), path
+            assert synced.file_synced(root / path) >= 0 and synced.entry_durable(root / path) >= 0, path
     # Each new slot is marked complete durably too (the embedded slot store with fsync=True).
     slots = root / "_eventlog" / "slots" / "table"
     assert any(p == str(slots) for p, entries in synced.calls if entries is not None)

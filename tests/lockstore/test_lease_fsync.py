@@ -9,51 +9,18 @@ entries at that moment (a directory sync makes exactly those entries durable).
 
 from __future__ import annotations
 
-import os
-import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from lockstore import LocalFileSlotStore
 from tests.lockstore.contract_support import CHECKPOINT, _query_owner
-
-
-@dataclass
-class Synced:
-    """The fsync calls made, in order: (path, entries) for directories, (path, None) for files."""
-
-    calls: list[tuple[str, frozenset[str] | None]] = field(default_factory=list)
-
-    def entry_durable(self, path: str | Path) -> int:
-        """Index of the first directory sync that made ``path``'s entry durable (-1: none)."""
-        parent, name = os.path.split(os.fspath(path))
-        for i, (p, entries) in enumerate(self.calls):
-            if p == parent and entries is not None and name in entries:
-                return i
-        return -1
-
-    def file_synced(self, path: str | Path) -> int:
-        for i, (p, entries) in enumerate(self.calls):
-            if p == os.fspath(path) and entries is None:
-                return i
-        return -1
+from tests.support.fsyncs import Synced, record_fsyncs
 
 
 @pytest.fixture
 def synced(monkeypatch: pytest.MonkeyPatch) -> Synced:
-    record = Synced()
-    real = os.fsync
-
-    def fsync(fd: int) -> None:
-        path = os.readlink(f"/proc/self/fd/{fd}")
-        is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
-        record.calls.append((path, frozenset(os.listdir(path)) if is_dir else None))
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    return record
+    return record_fsyncs(monkeypatch)
 
 
 def test_first_lease_syncs_its_record_its_entry_and_every_new_directory(
