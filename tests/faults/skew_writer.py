@@ -60,6 +60,20 @@ def skewed_env(offset: str | None) -> dict[str, str]:
     return env
 
 
+def read_json_line(proc: Any, timeout: float) -> dict[str, Any]:
+    """The next JSON line the child process ``proc`` prints on its stdout (bounded)."""
+    assert proc.stdout is not None
+    fd, data, deadline = proc.stdout.fileno(), b"", time.monotonic() + timeout
+    while not data.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        assert left > 0, f"no report within {timeout:g} s"
+        if select.select([fd], [], [], left)[0]:
+            chunk = os.read(fd, 1)  # one byte at a time: the next line stays in the pipe
+            assert chunk, f"the process exited ({proc.wait()}) without a report"
+            data += chunk
+    return dict(json.loads(data))
+
+
 def _clock_ms() -> int:
     return int(time.time() * 1000)
 

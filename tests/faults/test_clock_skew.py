@@ -27,7 +27,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -42,7 +41,7 @@ import pytest
 from eventlog import Table
 from eventlog.errors import VersionNotFoundError
 from eventlog.log.storage import LogStore
-from tests.faults.skew_writer import REPO, SCHEMA, skewed_env
+from tests.faults.skew_writer import REPO, SCHEMA, read_json_line, skewed_env
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -250,20 +249,6 @@ def test_log_cleanup_on_a_clock_ahead_deletes_only_expired_commits(tmp_path: Pat
 # --------------------------------------------------------------------------- S3-slot leases
 
 
-def _line(proc: subprocess.Popen[bytes], timeout: float) -> dict[str, Any]:
-    """The next JSON line ``proc`` prints (bounded)."""
-    assert proc.stdout is not None
-    fd, data, deadline = proc.stdout.fileno(), b"", time.monotonic() + timeout
-    while not data.endswith(b"\n"):
-        left = deadline - time.monotonic()
-        assert left > 0, f"no report within {timeout:g} s"
-        if select.select([fd], [], [], left)[0]:
-            chunk = os.read(fd, 4096)
-            assert chunk, f"the process exited ({proc.wait()}) without a report"
-            data += chunk
-    return dict(json.loads(data))
-
-
 @pytest.mark.parametrize(("holder", "contender"), [(AHEAD, BEHIND), (BEHIND, AHEAD)])
 def test_s3_slot_leases_are_judged_on_the_servers_clock(
     s3_bucket: str, s3_uri: str, s3_storage_options: dict[str, Any], holder: str, contender: str
@@ -283,13 +268,13 @@ def test_s3_slot_leases_are_judged_on_the_servers_clock(
     owner = start({"op": "hold_lease"}, holder)
     rival = None
     try:
-        assert _line(owner, 60)["held"] is True
+        assert read_json_line(owner, 60)["held"] is True
         rival = start({"op": "acquire_lease", "wait": 40}, contender)
         time.sleep(2 * ttl + 1)  # the holder beats: its lease stays its own, whatever the clocks
         assert rival.poll() is None, "the lease was taken from a live holder"
         os.kill(owner.pid, signal.SIGKILL)  # dies without releasing: the TTL frees it
         killed = time.monotonic()
-        won = _line(rival, 45)
+        won = read_json_line(rival, 45)
         assert won["won"] is True and won["refused"] >= 3
         # Free within the TTL plus the store's second of slack (and S3's whole seconds).
         assert killed < won["at_monotonic"] < killed + ttl + 4

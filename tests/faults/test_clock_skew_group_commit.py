@@ -27,7 +27,6 @@ import dataclasses
 import json
 import os
 import queue
-import select
 import signal
 import subprocess
 import sys
@@ -45,7 +44,7 @@ from eventlog.log.commit import member_txn_ids
 from eventlog.log.storage import LogStore
 from eventlog.txn import groupcommit
 from eventlog.txn.groupcommit import QueuedName
-from tests.faults.skew_writer import REPO, skewed_env
+from tests.faults.skew_writer import REPO, read_json_line, skewed_env
 from tests.support.invariants import SCHEMA, check_invariants, writer
 
 pytestmark = pytest.mark.timeout(120)
@@ -159,16 +158,7 @@ def start_child(module: str, spec: dict[str, Any], offset: str | None) -> subpro
 
 def read_report(proc: subprocess.Popen[bytes], offset: str | None, timeout: float) -> dict[str, Any]:
     """The next JSON line ``proc`` prints (bounded); checks that its clock is ``offset`` off."""
-    assert proc.stdout is not None
-    fd, data, deadline = proc.stdout.fileno(), b"", time.monotonic() + timeout
-    while not data.endswith(b"\n"):
-        left = deadline - time.monotonic()
-        assert left > 0, f"no report within {timeout:g} s"
-        if select.select([fd], [], [], left)[0]:
-            chunk = os.read(fd, 1)  # one byte at a time: the next line stays in the pipe
-            assert chunk, f"the process exited ({proc.wait()}) without a report"
-            data += chunk
-    report: dict[str, Any] = json.loads(data)
+    report = read_json_line(proc, timeout)
     assert abs(report["clock_ms"] - _clock_ms() - _SKEW_MS[offset]) < 60_000, "the clock is not skewed"
     return report
 
