@@ -74,7 +74,7 @@ class _Recorder(BaseHTTPRequestHandler):
     do_GET = do_PUT = do_POST = _answer
 
     def log_message(self, format: str, *args: object) -> None:
-        pass
+        """Quiet: no line per request on stderr."""
 
 
 @pytest.fixture

@@ -333,15 +333,15 @@ class FaultProxy:
         done = threading.Event()
 
         def pump(src: socket.socket, dst: socket.socket | None) -> None:
+            # A reset or closed socket (either side, or a fault of ours) ends this direction.
             try:
-                while True:
-                    data = src.recv(_CHUNK)
-                    if not data:
-                        break
-                    if dst is not None:
-                        self._send(dst, data, state)
-            except (OSError, Closed):
-                pass
+                with contextlib.suppress(OSError, Closed):
+                    while True:
+                        data = src.recv(_CHUNK)
+                        if not data:
+                            break
+                        if dst is not None:
+                            self._send(dst, data, state)
             finally:
                 done.set()
 
@@ -502,7 +502,7 @@ def _control_server(proxy: FaultProxy, port: int) -> ThreadingHTTPServer:
             self._reply({"reset": True})
 
         def log_message(self, format: str, *args: Any) -> None:
-            pass
+            """Quiet: no line per control request on stderr."""
 
     server = ThreadingHTTPServer((LOOPBACK, port), Handler)
     server.daemon_threads = True
